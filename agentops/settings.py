@@ -1,0 +1,205 @@
+"""Settings, read from the environment with safe local defaults.
+
+No variable set means: SQLite (WAL) in ./var, the django-q2 ORM broker, an
+in-process channel layer plus database polling for live pages. Production sets
+DATABASE_URL (PostgreSQL) and REDIS_URL (channels-redis) and a SECRET_KEY.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("AGENTOPS_VAR_DIR", BASE_DIR / "var"))
+
+
+def env_bool(name, default=False):
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name, default):
+    return int(os.environ.get(name, default))
+
+
+def env_float(name, default):
+    return float(os.environ.get(name, default))
+
+
+def env_list(name, default=""):
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = os.environ.get("SECRET_KEY", "insecure-local-only-key-set-SECRET_KEY-in-production")
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "daphne",
+    "runs",  # before django_q: runs overrides the qcluster command (signal hand-off, sweep)
+    "sandbox",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "django_q",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "agentops.urls"
+ASGI_APPLICATION = "agentops.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database -------------------------------------------------------------
+# The qcluster process forks its workers, and forked children must not share a
+# connection pool (STACK-NOTES), so the pool is only switched on for web
+# processes (AGENTOPS_DB_POOL=1 in the Procfile's web line).
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        if env_bool("AGENTOPS_DB_POOL") and "qcluster" not in sys.argv:
+            DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": 2, "max_size": 20}}
+        else:
+            DATABASES["default"]["CONN_MAX_AGE"] = 60
+            DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+else:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": os.environ.get("SQLITE_PATH", str(VAR_DIR / "agentops.sqlite3")),
+            "OPTIONS": {
+                # IMMEDIATE turns lock upgrades between web and worker into short waits.
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    }
+DATABASES["default"].setdefault("TEST", {})
+if os.environ.get("AGENTOPS_TEST_DB_NAME"):
+    DATABASES["default"]["TEST"]["NAME"] = os.environ["AGENTOPS_TEST_DB_NAME"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+IS_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+
+# --- channels -------------------------------------------------------------
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    # Does not cross processes: live pages fall back to polling the event table.
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# --- django-q2 --------------------------------------------------------------
+# The ORM broker: with the Redis broker a SIGKILLed worker's task is lost
+# (STACK-NOTES). The run's lease, not the broker, decides who runs a run, so a
+# re-delivered task is harmless. timeout < retry, or django-q2 re-delivers
+# running tasks; runs yield after AGENTOPS_TIME_SLICE seconds, far below both.
+Q_CLUSTER = {
+    "name": os.environ.get("Q_CLUSTER_NAME", "agentops"),
+    "orm": "default",
+    "workers": env_int("AGENTOPS_WORKERS", 4 if IS_POSTGRES else 2),
+    "timeout": env_int("AGENTOPS_TASK_TIMEOUT", 600),
+    "retry": env_int("AGENTOPS_TASK_RETRY", 660),
+    "max_attempts": 1,
+    "poll": env_float("AGENTOPS_POLL", 0.1),
+    "save_limit": 200,
+    "ack_failures": True,
+    "catch_up": False,
+    "recycle": 1000,
+    "guard_cycle": 0.5,
+    "queue_limit": 4,
+    "bulk": 1,
+}
+
+# --- agentops engine ------------------------------------------------------
+AGENTOPS = {
+    "LEASE_SECONDS": env_float("AGENTOPS_LEASE_SECONDS", 10.0),
+    "TIME_SLICE_SECONDS": env_float("AGENTOPS_TIME_SLICE", 5.0),
+    "SWEEP_INTERVAL": env_float("AGENTOPS_SWEEP_INTERVAL", 0.5),
+    "REQUEUE_AFTER_SECONDS": env_float("AGENTOPS_REQUEUE_AFTER", 30.0),
+    "CRASH_LOOP_LIMIT": env_int("AGENTOPS_CRASH_LOOP_LIMIT", 3),
+    "AGENT_MODULES": env_list("AGENTOPS_AGENT_MODULES"),
+    "FAULTS_DIR": os.environ.get("AGENTOPS_FAULTS_DIR", ""),
+    "LIVE_POLL_SECONDS": env_float("AGENTOPS_LIVE_POLL", 0.5),
+    "MAX_INPUT_BYTES": env_int("AGENTOPS_MAX_INPUT_BYTES", 256 * 1024),
+    "SANDBOX_URL": os.environ.get("AGENTOPS_SANDBOX_URL", "http://127.0.0.1:8000/sandbox"),
+    "LLM_BASE_URL": os.environ.get("AGENTOPS_LLM_BASE_URL", ""),
+    "LLM_MODEL": os.environ.get("AGENTOPS_LLM_MODEL", "scripted"),
+    "LLM_API_KEY": os.environ.get("AGENTOPS_LLM_API_KEY", ""),
+}
+
+# --- auth, i18n, static -----------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "runs:list"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", BASE_DIR / "staticfiles"))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
+    "loggers": {
+        "agentops": {"level": os.environ.get("AGENTOPS_LOG_LEVEL", "INFO")},
+        "django_q": {"level": os.environ.get("DJANGO_Q_LOG_LEVEL", "WARNING")},
+    },
+}

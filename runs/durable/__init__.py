@@ -1,0 +1,23 @@
+"""agentops' durable execution engine. Framework-free: it imports nothing from Django.
+
+Public API (DESIGN.md): agent, Agent, Done, tool, Retry, RunContext and the errors.
+"""
+
+from .context import RunContext, idempotency_key
+from .errors import (AgentNotFoundError, CheckpointNotFoundError, DurableError,
+                     EffectNotFoundError, FencedError, InDoubtEffectError, InputValidationError,
+                     InvalidTransitionError, NonDeterminismError, PermanentToolError,
+                     RunNotFoundError, StateNotSerializableError, StateTooLargeError,
+                     ToolFailedError)
+from .executor import execute_run
+from .registry import Agent, AgentRegistry, Done, Retry, Tool, agent, registry, tool, validate_inputs
+from .session import Outcome, WorkerConfig
+
+__all__ = [
+    "Agent", "AgentNotFoundError", "AgentRegistry", "CheckpointNotFoundError", "Done",
+    "DurableError", "EffectNotFoundError", "FencedError", "InDoubtEffectError",
+    "InputValidationError", "InvalidTransitionError", "NonDeterminismError", "Outcome",
+    "PermanentToolError", "Retry", "RunContext", "RunNotFoundError", "StateNotSerializableError",
+    "StateTooLargeError", "Tool", "ToolFailedError", "WorkerConfig", "agent", "execute_run",
+    "idempotency_key", "registry", "tool", "validate_inputs",
+]

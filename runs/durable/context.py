@@ -1,0 +1,239 @@
+"""RunContext: what an agent's step sees. Every call either replays or records.
+
+The flow of `call`, read top to bottom: is there a logged result at this
+position? Then check it is the same call and return (or re-raise) it. Else
+write the intent if the tool is not idempotent, call it, and log the outcome.
+"""
+
+from __future__ import annotations
+
+import random as _random
+import time
+from typing import TYPE_CHECKING, Any
+
+from . import records as r
+from .errors import InDoubtEffectError, NonDeterminismError, ToolFailedError
+from .faults import faults
+from .registry import Tool
+from .serde import check_serializable, digest, preview
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .session import RunSession
+
+# A sleep shorter than this blocks the worker instead of releasing it: the
+# round trip through the sweep would cost more than the sleep itself.
+INLINE_SLEEP_SECONDS = 1.0
+
+
+class Suspend(BaseException):
+    """The run gives up its worker until a timer fires or a user answers.
+
+    A BaseException so that an agent's `except Exception` cannot swallow it.
+    """
+
+    def __init__(self, *, wake_at: float | None, reason: dict, records: list, events: list):
+        self.wake_at = wake_at
+        self.reason = reason
+        self.records = records
+        self.events = events
+
+
+class Stop(BaseException):
+    """Leave the run at an effect boundary: pause, cancel, shutdown or fenced."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+def idempotency_key(run_id: str, branch: int, step_no: int, seq: int) -> str:
+    return f"{run_id}:{branch}:{step_no}:{seq}"
+
+
+class RunContext:
+    def __init__(self, session: RunSession, step_no: int, *, live: bool = False):
+        self._session = session
+        self.step_no = step_no
+        self._seq = 0
+        # on_resume's context: calls are fresh every time, never replayed
+        self._live = live
+
+    # --- identity -----------------------------------------------------------
+    @property
+    def run_id(self) -> str:
+        return self._session.run.id
+
+    @property
+    def branch(self) -> int:
+        return self._session.run.branch
+
+    @property
+    def suspended_for(self) -> float:
+        """Seconds the run was away (crash, deploy, pause, wait) before this resume."""
+        return self._session.suspended_for
+
+    @property
+    def inputs(self) -> dict:
+        return self._session.run.inputs
+
+    @property
+    def is_replaying(self) -> bool:
+        return self._session.replay_pending() > 0
+
+    # --- effects ----------------------------------------------------------------
+    def call(self, tool: Tool, *args, **kwargs) -> Any:
+        if not isinstance(tool, Tool):
+            raise TypeError(f"ctx.call needs a @tool, got {tool!r}")
+        position, recorded = self._next(r.CALL, tool.name, args, kwargs)
+        if recorded is not None:
+            if recorded.status == r.DONE:
+                return recorded.result
+            if recorded.status == r.ERROR and recorded.resolution != "retry":
+                raise _tool_error(recorded)
+            if not tool.idempotent and recorded.resolution != "retry":
+                error = InDoubtEffectError(position=position, tool=tool.name, key=recorded.key)
+                error.record = recorded
+                raise error
+            record = recorded  # in doubt (idempotent) or an operator said retry: same key
+        else:
+            self._session.effect_boundary()
+            record = self._new_record(position, r.CALL, tool, args, kwargs)
+            if not tool.idempotent:
+                self._session.log_effect(record)  # write-ahead intent
+        return self._invoke(tool, record, args, kwargs)
+
+    def _invoke(self, tool: Tool, record: r.EffectRecord, args, kwargs):
+        session = self._session
+        session.ensure_lease()
+        faults.hit("before_effect", session.run.agent)
+        record.started_at = time.time()
+        call_kwargs = dict(kwargs, idempotency_key=record.key) if tool.idempotent else kwargs
+        error = None
+        for attempt in range(1, tool.retry.attempts + 1):
+            record.attempts = attempt
+            try:
+                result = tool.fn(*args, **call_kwargs)
+                check_serializable(result, f"result of {tool.name}")
+                error = None
+                break
+            except Exception as exc:  # a tool's failure is data: logged, replayed
+                error = exc
+                permanent = getattr(exc, "permanent", False) or type(exc).__name__ in (
+                    "PermanentToolError", "StateNotSerializableError")
+                if permanent or attempt == tool.retry.attempts:
+                    break
+                time.sleep(tool.retry.delay(attempt))
+        record.finished_at = time.time()
+        record.resolution = ""
+        if error is None:
+            record.status, record.result = r.DONE, result
+        else:
+            record.status = r.ERROR
+            record.error = {"type": type(error).__name__, "message": str(error)[:2000]}
+        faults.hit("after_effect_before_log", session.run.agent)
+        session.log_effect(record)
+        if error is not None:
+            raise _tool_error(record) from error
+        return result
+
+    def now(self) -> float:
+        """The current time (POSIX seconds), the same on every replay."""
+        return self._recorded_value(r.NOW, time.time)
+
+    def random(self) -> float:
+        """A random float in [0, 1), the same on every replay."""
+        return self._recorded_value(r.RANDOM, _random.random)
+
+    def _recorded_value(self, kind: str, produce):
+        position, recorded = self._next(kind, kind, (), {})
+        if recorded is not None:
+            return recorded.result
+        record = self._new_record(position, kind, None, (), {})
+        record.status, record.result = r.DONE, produce()
+        record.started_at = record.finished_at = time.time()
+        self._session.buffer_record(record)
+        return record.result
+
+    def sleep(self, seconds: float) -> None:
+        """A durable timer: long sleeps free the worker, and the run wakes later."""
+        position, recorded = self._next(r.SLEEP, "sleep", (seconds,), {})
+        new = []
+        if recorded is None:
+            self._session.effect_boundary()
+            record = self._new_record(position, r.SLEEP, None, (seconds,), {})
+            record.started_at = time.time()
+            record.status, record.result = r.DONE, {"wake_at": record.started_at + seconds}
+            new.append(record)
+            recorded = record
+        wake_at = recorded.result["wake_at"]
+        remaining = wake_at - time.time()
+        if remaining <= 0:
+            for record in new:
+                self._session.buffer_record(record)
+            return
+        if remaining <= INLINE_SLEEP_SECONDS:
+            for record in new:
+                self._session.log_effect(record)
+            time.sleep(remaining)
+            return
+        raise Suspend(wake_at=wake_at, reason={"kind": "sleep", "seconds": seconds,
+                                               "wake_at": wake_at},
+                      records=new, events=[])
+
+    def wait_for_input(self, prompt: str, schema: dict | None = None) -> Any:
+        """Wait, visible in the UI, until a user answers; returns the answer."""
+        position, recorded = self._next(r.INPUT, "input", (prompt,), {"schema": schema})
+        if recorded is not None and recorded.status == r.DONE:
+            return recorded.result
+        reason = {"kind": "input", "prompt": prompt, "schema": schema, "seq": position[2],
+                  "step_no": position[1]}
+        if recorded is not None:
+            raise Suspend(wake_at=None, reason=reason, records=[], events=[])
+        self._session.effect_boundary()
+        record = self._new_record(position, r.INPUT, None, (prompt,), {"schema": schema})
+        record.args = {"prompt": prompt, "schema": schema}
+        record.started_at = time.time()
+        raise Suspend(wake_at=None, reason=reason, records=[record],
+                      events=[("input_requested", {"prompt": prompt, "schema": schema,
+                                                   "seq": position[2], "step": position[1]})])
+
+    # --- viewer-facing ------------------------------------------------------------
+    def log(self, message: str) -> None:
+        self._session.emit("log", {"step": self.step_no, "message": str(message)[:4000]})
+
+    def progress(self, done: float, total: float, message: str = "") -> None:
+        self._session.set_progress(done, total, str(message)[:500])
+
+    # --- internals ----------------------------------------------------------------
+    def _next(self, kind: str, name: str, args, kwargs):
+        seq = self._seq
+        self._seq += 1
+        position = (self.branch, self.step_no, seq)
+        if self._live:
+            return position, None
+        recorded = self._session.replay_take(position)
+        if recorded is not None:
+            attempted = {"kind": kind, "tool": name, "args_preview": preview(args, kwargs),
+                         "digest": digest(name, args, kwargs)}
+            if (recorded.kind, recorded.tool, recorded.digest) != (kind, name, attempted["digest"]):
+                raise NonDeterminismError(position=position, recorded=recorded.describe(),
+                                          attempted=attempted)
+        return position, recorded
+
+    def _new_record(self, position, kind, tool: Tool | None, args, kwargs) -> r.EffectRecord:
+        branch, step_no, seq = position
+        name = tool.name if tool is not None else kind
+        if kind in (r.SLEEP, r.INPUT):
+            name = "sleep" if kind == r.SLEEP else "input"
+        return r.EffectRecord(
+            branch=branch, step_no=step_no, seq=seq, kind=kind, tool=name,
+            digest=digest(name, args, kwargs),
+            key=idempotency_key(self.run_id, branch, step_no, seq),
+            idempotent=bool(tool and tool.idempotent), status=r.INTENT,
+            args_preview=preview(args, kwargs), worker=self._session.owner,
+        )
+
+
+def _tool_error(record: r.EffectRecord) -> ToolFailedError:
+    error = record.error or {}
+    return ToolFailedError(record.tool, error.get("type", "Error"), error.get("message", ""),
+                           record.attempts)

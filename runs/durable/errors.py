@@ -1,0 +1,127 @@
+"""Exceptions of the durable engine.
+
+Each carries the fields an operator or a test needs, not just a message.
+"""
+
+
+class DurableError(Exception):
+    """Base class of every engine error."""
+
+
+class AgentNotFoundError(DurableError):
+    def __init__(self, name: str):
+        self.name = name
+        super().__init__(f"unknown agent {name!r}: no agent of that name is registered")
+
+
+class InputValidationError(DurableError):
+    """The inputs of a launch (or the answer to wait_for_input) fail the schema."""
+
+    def __init__(self, message: str, *, field: str = ""):
+        self.field = field
+        super().__init__(message)
+
+
+class StateNotSerializableError(DurableError):
+    """A state (or tool result) holds a value that JSON cannot store."""
+
+    def __init__(self, path: str, value_type: str):
+        self.path = path
+        self.value_type = value_type
+        super().__init__(
+            f"state is not serialisable: {path or '<root>'} holds a {value_type}; "
+            "keep only JSON types (dict, list, str, int, float, bool, None) in the state"
+        )
+
+
+class StateTooLargeError(DurableError):
+    def __init__(self, size: int, limit: int):
+        self.size = size
+        self.limit = limit
+        super().__init__(f"state is {size} bytes, over the limit of {limit} bytes")
+
+
+class NonDeterminismError(DurableError):
+    """Replay met a call that differs from the one recorded at the same position."""
+
+    def __init__(self, *, position: tuple, recorded: dict, attempted: dict):
+        self.position = position
+        self.recorded = recorded
+        self.attempted = attempted
+        branch, step_no, seq = position
+        super().__init__(
+            f"non-deterministic replay at branch {branch}, step {step_no}, call {seq}: "
+            f"recorded {_describe(recorded)}, attempted {_describe(attempted)}; "
+            "check that the agent's step is deterministic (use ctx.now()/ctx.random(), "
+            "and change the agent's version when its code changes)"
+        )
+
+
+class InDoubtEffectError(DurableError):
+    """A non-idempotent call started and may or may not have happened."""
+
+    def __init__(self, *, position: tuple, tool: str, key: str):
+        self.position = position
+        self.tool = tool
+        self.key = key
+        self.record = None  # the logged intent, set by the context
+        super().__init__(
+            f"call {tool} (key {key}) started but its outcome was never logged; it is not "
+            "idempotent, so it is not retried: an operator must decide (done / retry / skip)"
+        )
+
+
+class ToolFailedError(DurableError):
+    """A tool raised after its retry policy ran out. Replay re-raises it."""
+
+    def __init__(self, tool: str, error_type: str, message: str, attempts: int = 1):
+        self.tool = tool
+        self.error_type = error_type
+        self.message = message
+        self.attempts = attempts
+        super().__init__(f"tool {tool} failed after {attempts} attempt(s): {error_type}: {message}")
+
+
+class PermanentToolError(DurableError):
+    """Raised by a tool to say: retrying will not help."""
+
+
+class FencedError(DurableError):
+    """A write was refused: another worker claimed the run (its epoch moved on)."""
+
+    def __init__(self, run_id: str, epoch: int):
+        self.run_id = run_id
+        self.epoch = epoch
+        super().__init__(f"run {run_id}: epoch {epoch} was fenced off by a newer owner")
+
+
+class RunNotFoundError(DurableError):
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        super().__init__(f"no run with id {run_id!r}")
+
+
+class InvalidTransitionError(DurableError):
+    """An operator action that the run's status does not allow."""
+
+    def __init__(self, action: str, status: str, hint: str = ""):
+        self.action = action
+        self.status = status
+        super().__init__(f"cannot {action} a run that is {status}" + (f": {hint}" if hint else ""))
+
+
+class CheckpointNotFoundError(DurableError):
+    def __init__(self, run_id: str, number: int):
+        self.number = number
+        super().__init__(f"run {run_id} has no checkpoint number {number}")
+
+
+class EffectNotFoundError(DurableError):
+    def __init__(self, run_id: str, what: str):
+        super().__init__(f"run {run_id} has no in-doubt effect {what}")
+
+
+def _describe(call: dict) -> str:
+    if not call:
+        return "nothing"
+    return f"{call.get('kind', 'call')} {call.get('tool', '?')}({call.get('args_preview', '')})"

@@ -1,0 +1,179 @@
+"""The records the engine and a store exchange. Plain data, no behaviour.
+
+Times are POSIX seconds (floats); a store converts them as it likes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Run statuses (DESIGN.md)
+QUEUED = "queued"
+RUNNING = "running"
+PAUSED = "paused"
+WAITING = "waiting"
+NEEDS_ATTENTION = "needs_attention"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+CANCELLED = "cancelled"
+STATUSES = (QUEUED, RUNNING, PAUSED, WAITING, NEEDS_ATTENTION, SUCCEEDED, FAILED, CANCELLED)
+FINAL_STATUSES = (SUCCEEDED, FAILED, CANCELLED)
+CLAIMABLE_STATUSES = (QUEUED, RUNNING, WAITING)
+
+# Effect kinds and statuses
+CALL, NOW, RANDOM, SLEEP, INPUT = "call", "now", "random", "sleep", "input"
+INTENT, DONE, ERROR = "intent", "done", "error"
+
+# Control requests a worker honours at its next effect boundary
+PAUSE, CANCEL = "pause", "cancel"
+
+
+@dataclass
+class RunRecord:
+    """One run. `step_no` counts completed steps; `branch` is the live branch."""
+
+    id: str
+    agent: str
+    agent_version: str
+    inputs: dict
+    status: str = QUEUED
+    branch: int = 1
+    step_no: int = 0
+    epoch: int = 0
+    lease_owner: str | None = None
+    lease_expires_at: float | None = None
+    control: str | None = None
+    output: Any = None
+    error: dict | None = None
+    attention: dict | None = None
+    progress_done: float = 0
+    progress_total: float = 0
+    progress_message: str = ""
+    wake_at: float | None = None
+    crash_count: int = 0
+    crash_step: int = -1
+    event_seq: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    suspended_at: float | None = None
+    owner: str = ""
+
+
+@dataclass
+class EffectRecord:
+    """A logged call at position (branch, step_no, seq)."""
+
+    branch: int
+    step_no: int
+    seq: int
+    kind: str
+    tool: str
+    digest: str
+    key: str
+    idempotent: bool
+    status: str
+    args_preview: str = ""
+    args: Any = None
+    result: Any = None
+    error: dict | None = None
+    attempts: int = 0
+    started_at: float = 0.0
+    finished_at: float | None = None
+    resolution: str = ""
+    superseded: bool = False
+    worker: str = ""
+
+    @property
+    def position(self) -> tuple[int, int, int]:
+        return (self.branch, self.step_no, self.seq)
+
+    def describe(self) -> dict:
+        return {"kind": self.kind, "tool": self.tool, "args_preview": self.args_preview,
+                "digest": self.digest}
+
+
+@dataclass
+class CheckpointRecord:
+    """A snapshot of the state after `step_no` completed steps on `branch`."""
+
+    number: int
+    branch: int
+    step_no: int
+    blob: bytes
+    codec: str
+    reason: str = "step"
+    parent_number: int | None = None
+    created_at: float = 0.0
+
+    @property
+    def size(self) -> int:
+        return len(self.blob)
+
+
+@dataclass
+class AuditRecord:
+    actor: str
+    action: str
+    reason: str = ""
+    before: dict = field(default_factory=dict)
+    after: dict = field(default_factory=dict)
+
+
+@dataclass
+class Supersede:
+    """Mark live effects dead: those after `after_step`, and those off the kept branches."""
+
+    after_step: int
+    keep_branches: tuple[int, ...]
+
+
+@dataclass
+class Commit:
+    """Everything one engine transition writes, in one transaction, fenced by epoch.
+
+    `checkpoint.number` is assigned by the store when it is 0.
+    """
+
+    run: dict = field(default_factory=dict)
+    effects: list[EffectRecord] = field(default_factory=list)
+    checkpoint: CheckpointRecord | None = None
+    events: list[tuple[str, dict]] = field(default_factory=list)
+    audit: AuditRecord | None = None
+    supersede: Supersede | None = None
+    release: bool = False
+    take_over: bool = False
+
+
+@dataclass
+class CommitResult:
+    epoch: int
+    event_seq: int
+    control: str | None
+    checkpoint_number: int | None = None
+
+
+@dataclass
+class Claim:
+    """A successful claim: the run with its new epoch and lease. `crashed` says the
+    previous owner never released it (its lease ran out)."""
+
+    run: RunRecord
+    crashed: bool
+
+
+@dataclass
+class Loaded:
+    """What a resume needs: the run, its latest checkpoint on its branch, the effects since."""
+
+    run: RunRecord
+    checkpoint: CheckpointRecord | None
+    effects: list[EffectRecord]
+
+
+@dataclass
+class History:
+    """All checkpoints (without blobs' decoding) and effects of a run, for operators."""
+
+    checkpoints: list[CheckpointRecord]
+    effects: list[EffectRecord]

@@ -155,7 +155,7 @@ Q_CLUSTER = {
 
 # --- agentops engine ------------------------------------------------------
 AGENTOPS = {
-    "LEASE_SECONDS": env_float("AGENTOPS_LEASE_SECONDS", 10.0),
+    "LEASE_SECONDS": env_float("AGENTOPS_LEASE_SECONDS", 5.0),
     "TIME_SLICE_SECONDS": env_float("AGENTOPS_TIME_SLICE", 5.0),
     "SWEEP_INTERVAL": env_float("AGENTOPS_SWEEP_INTERVAL", 0.5),
     "REQUEUE_AFTER_SECONDS": env_float("AGENTOPS_REQUEUE_AFTER", 30.0),

@@ -7,5 +7,6 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("sandbox/", include("sandbox.urls")),
+    path("ops/", include("runs.operator_urls")),
     path("", include("runs.urls")),
 ]

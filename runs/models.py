@@ -1,0 +1,185 @@
+"""The system of record. Constraints here make the engine's invariants hold in the
+database itself: one effect per position and per idempotency key, one event per
+(run, seq), one checkpoint per (run, number)."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.urls import reverse
+from django.utils import timezone
+
+from runs.durable import records as r
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = r.QUEUED, "queued"
+    RUNNING = r.RUNNING, "running"
+    PAUSED = r.PAUSED, "paused"
+    WAITING = r.WAITING, "waiting"
+    NEEDS_ATTENTION = r.NEEDS_ATTENTION, "needs attention"
+    SUCCEEDED = r.SUCCEEDED, "succeeded"
+    FAILED = r.FAILED, "failed"
+    CANCELLED = r.CANCELLED, "cancelled"
+
+
+class Run(models.Model):
+    id = models.CharField(primary_key=True, max_length=32, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                              on_delete=models.SET_NULL, related_name="runs")
+    agent = models.CharField(max_length=100)
+    agent_version = models.CharField(max_length=50)
+    inputs = models.JSONField(default=dict)
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    branch = models.IntegerField(default=1)
+    step_no = models.IntegerField(default=0, help_text="steps completed")
+    # Fencing: every claim increments it, every engine write is conditional on it.
+    epoch = models.BigIntegerField(default=0)
+    lease_owner = models.CharField(max_length=200, null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    claimed_after_crash = models.BooleanField(default=False)
+    control = models.CharField(max_length=16, null=True, blank=True,
+                               help_text="pause/cancel waiting for the owner's next effect boundary")
+    output = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    attention = models.JSONField(null=True, blank=True)
+    progress_done = models.FloatField(default=0)
+    progress_total = models.FloatField(default=0)
+    progress_message = models.CharField(max_length=500, blank=True, default="")
+    wake_at = models.DateTimeField(null=True, blank=True)
+    crash_count = models.IntegerField(default=0)
+    crash_step = models.IntegerField(default=-1)
+    event_seq = models.BigIntegerField(default=0)
+    checkpoint_count = models.IntegerField(default=0)
+    suspended_at = models.DateTimeField(null=True, blank=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        permissions = [("operate_run", "Can operate every run (pause, resume, cancel, roll back)")]
+        indexes = [
+            models.Index(fields=["owner", "-created_at"], name="run_owner_created"),
+            models.Index(fields=["status", "-created_at"], name="run_status_created"),
+            models.Index(fields=["agent", "-created_at"], name="run_agent_created"),
+            models.Index(fields=["-created_at"], name="run_created"),
+            # the sweep: claimable runs
+            models.Index(fields=["status", "lease_expires_at"], name="run_sweep_lease",
+                         condition=Q(status__in=[r.QUEUED, r.RUNNING])),
+            models.Index(fields=["wake_at"], name="run_sweep_wake", condition=Q(status=r.WAITING)),
+            models.Index(fields=["lease_owner"], name="run_lease_owner",
+                         condition=Q(lease_owner__isnull=False)),
+        ]
+
+    def __str__(self):
+        return f"{self.agent} {self.id[:8]} ({self.status})"
+
+    def get_absolute_url(self):
+        return reverse("runs:detail", args=[self.id])
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in r.FINAL_STATUSES
+
+    @property
+    def progress_percent(self) -> float:
+        if not self.progress_total:
+            return 100.0 if self.status == r.SUCCEEDED else 0.0
+        return max(0.0, min(100.0, 100.0 * self.progress_done / self.progress_total))
+
+
+class Checkpoint(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    number = models.IntegerField()
+    branch = models.IntegerField()
+    step_no = models.IntegerField()
+    codec = models.CharField(max_length=20)
+    blob = models.BinaryField()
+    size = models.IntegerField()
+    reason = models.CharField(max_length=20, default="step")
+    parent_number = models.IntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["run", "number"]
+        constraints = [models.UniqueConstraint(fields=["run", "number"], name="checkpoint_unique_number")]
+        indexes = [models.Index(fields=["run", "branch", "-step_no"], name="checkpoint_latest")]
+
+    def __str__(self):
+        return f"checkpoint {self.number} of {self.run_id[:8]} (branch {self.branch}, step {self.step_no})"
+
+
+class Effect(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="effects")
+    branch = models.IntegerField()
+    step_no = models.IntegerField()
+    seq = models.IntegerField()
+    kind = models.CharField(max_length=10)
+    tool = models.CharField(max_length=200)
+    digest = models.CharField(max_length=64)
+    key = models.CharField(max_length=200, help_text="idempotency key: (run, branch, step, seq)")
+    idempotent = models.BooleanField(default=False)
+    status = models.CharField(max_length=10)
+    args_preview = models.TextField(blank=True, default="")
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    attempts = models.IntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    resolution = models.CharField(max_length=10, blank=True, default="")
+    superseded = models.BooleanField(default=False)
+    worker = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        ordering = ["run", "branch", "step_no", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "branch", "step_no", "seq"], name="effect_unique_position"),
+            models.UniqueConstraint(fields=["key"], name="effect_unique_key"),
+        ]
+        indexes = [models.Index(fields=["run", "branch", "step_no"], name="effect_replay")]
+
+    def __str__(self):
+        return f"{self.tool} @ {self.branch}/{self.step_no}/{self.seq} ({self.status})"
+
+    @property
+    def duration_ms(self):
+        if self.started_at and self.finished_at:
+            return (self.finished_at - self.started_at).total_seconds() * 1000
+        return None
+
+
+class RunEvent(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.BigIntegerField()
+    kind = models.CharField(max_length=30)
+    data = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="event_unique_seq")]
+
+    def __str__(self):
+        return f"#{self.seq} {self.kind}"
+
+    def as_message(self) -> dict:
+        return {"seq": self.seq, "kind": self.kind, "data": self.data,
+                "at": self.created_at.isoformat()}
+
+
+class AuditEntry(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="audit_entries")
+    actor = models.CharField(max_length=150)
+    action = models.CharField(max_length=30)
+    reason = models.TextField(blank=True, default="")
+    before = models.JSONField(default=dict)
+    after = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "audit entries"
+
+    def __str__(self):
+        return f"{self.actor} {self.action} {self.run_id[:8]}"

@@ -1,0 +1,75 @@
+"""Writes, as `run_<action>` functions: thin wrappers over the engine's control
+functions that bind the ORM store, the acting user and the queue."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from runs.durable import control, records as r
+from runs.live import notify_run
+from runs.models import Run
+from runs.store import OrmStore
+from runs.worker import enqueue_run
+
+
+def store() -> OrmStore:
+    return OrmStore(notify=notify_run)
+
+
+def _actor(user) -> str:
+    if user is None:
+        return "system"
+    if isinstance(user, str):
+        return user
+    return user.get_username()
+
+
+def _after(record: r.RunRecord) -> Run:
+    if record.status == r.QUEUED:
+        enqueue_run(record.id)
+    return Run.objects.get(pk=record.id)
+
+
+def run_launch(*, user: AbstractBaseUser | None, agent: str, inputs) -> Run:
+    with transaction.atomic():
+        record = control.launch(store(), agent=agent, inputs=inputs,
+                                owner=str(user.pk) if user is not None else "")
+        return _after(record)
+
+
+def run_pause(*, run_id: str, user, reason: str = "") -> Run:
+    return _after(control.pause(store(), run_id, actor=_actor(user), reason=reason))
+
+
+def run_resume(*, run_id: str, user, reason: str = "", upgrade: bool = False) -> Run:
+    return _after(control.resume(store(), run_id, actor=_actor(user), reason=reason,
+                                 upgrade=upgrade))
+
+
+def run_cancel(*, run_id: str, user, reason: str = "") -> Run:
+    return _after(control.cancel(store(), run_id, actor=_actor(user), reason=reason))
+
+
+def run_rollback(*, run_id: str, checkpoint: int, user, reason: str = "") -> Run:
+    return _after(control.rollback(store(), run_id, checkpoint=checkpoint, actor=_actor(user),
+                                   reason=reason))
+
+
+def run_resolve_effect(*, run_id: str, seq: int, resolution: str, user, reason: str = "",
+                       result=None) -> Run:
+    return _after(control.resolve_effect(store(), run_id, seq=seq, resolution=resolution,
+                                         result=result, actor=_actor(user), reason=reason))
+
+
+def run_edit_state(*, run_id: str, state, user, reason: str = "") -> Run:
+    return _after(control.edit_state(store(), run_id, state=state, actor=_actor(user),
+                                     reason=reason))
+
+
+def run_provide_input(*, run_id: str, value, user) -> Run:
+    return _after(control.provide_input(store(), run_id, value=value, actor=_actor(user)))
+
+
+def run_rollback_preview(*, run_id: str, checkpoint: int) -> dict:
+    return control.rollback_preview(store(), run_id, checkpoint=checkpoint)

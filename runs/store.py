@@ -1,0 +1,214 @@
+"""The ORM implementation of the engine's Store protocol (runs/durable/store.py).
+
+Every engine write is one transaction whose first statement is a conditional
+UPDATE of the run row `WHERE epoch = <the writer's epoch>`: a writer whose
+epoch was fenced off changes nothing, and the row lock it takes orders it
+against a concurrent claim.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone as dt_timezone
+
+from django.db import connection, transaction
+from django.db.models import BooleanField, ExpressionWrapper, F, Q
+
+from runs.durable import records as r
+from runs.durable.errors import FencedError, RunNotFoundError
+from runs.durable.faults import faults
+from runs.models import AuditEntry, Checkpoint, Effect, Run, RunEvent
+
+RUN_TIME_FIELDS = {"lease_expires_at", "wake_at", "suspended_at", "created_at", "updated_at"}
+EFFECT_UPDATE_FIELDS = ["status", "result", "error", "attempts", "finished_at", "resolution",
+                        "superseded", "worker", "started_at"]
+
+
+def to_dt(ts: float | None) -> datetime | None:
+    return None if ts is None else datetime.fromtimestamp(ts, tz=dt_timezone.utc)
+
+
+def to_ts(value: datetime | None) -> float | None:
+    return None if value is None else value.timestamp()
+
+
+class OrmStore:
+    def __init__(self, notify=None):
+        # notify(run_id, last_seq) runs after commit: it only wakes viewers up.
+        self.notify = notify
+
+    # --- the protocol -----------------------------------------------------------------
+    def create_run(self, run: r.RunRecord) -> r.RunRecord:
+        now = datetime.now(dt_timezone.utc)
+        with transaction.atomic():
+            row = Run.objects.create(
+                id=run.id, owner_id=int(run.owner) if str(run.owner).isdigit() else None,
+                agent=run.agent, agent_version=run.agent_version, inputs=run.inputs,
+                status=run.status, created_at=now, updated_at=now, event_seq=1)
+            RunEvent.objects.create(run=row, seq=1, kind="status",
+                                    data={"status": run.status, "event": "launched"})
+            self._notify_on_commit(row.id, 1)
+        return run_record(row)
+
+    def load(self, run_id: str) -> r.Loaded:
+        row = self._get(run_id)
+        checkpoint = (Checkpoint.objects.filter(run_id=run_id, branch=row.branch)
+                      .order_by("-step_no", "-number").first())
+        after = checkpoint.step_no if checkpoint else 0
+        effects = Effect.objects.filter(run_id=run_id, branch=row.branch, step_no__gt=after,
+                                        superseded=False).order_by("step_no", "seq")
+        return r.Loaded(run_record(row), checkpoint_record(checkpoint) if checkpoint else None,
+                        [effect_record(e) for e in effects])
+
+    def claim(self, run_id: str, owner: str, lease_seconds: float, now: float) -> r.Claim | None:
+        now_dt = to_dt(now)
+        claimable = (Q(status__in=[r.QUEUED, r.RUNNING]) | Q(status=r.WAITING, wake_at__lte=now_dt))
+        free = Q(lease_owner__isnull=True) | Q(lease_expires_at__lte=now_dt)
+        updated = Run.objects.filter(claimable & free, pk=run_id).update(
+            epoch=F("epoch") + 1, lease_owner=owner, lease_expires_at=to_dt(now + lease_seconds),
+            # evaluated on the old row: an unreleased lease means its owner died
+            claimed_after_crash=ExpressionWrapper(Q(lease_owner__isnull=False),
+                                                  output_field=BooleanField()),
+            enqueued_at=None, updated_at=now_dt)
+        if updated != 1:
+            return None  # not runnable, or another worker got there first
+        row = Run.objects.get(pk=run_id)
+        if row.lease_owner != owner:
+            return None
+        return r.Claim(run_record(row), row.claimed_after_crash)
+
+    def commit(self, run_id: str, epoch: int, commit: r.Commit) -> r.CommitResult:
+        fields = {name: (to_dt(value) if name in RUN_TIME_FIELDS else value)
+                  for name, value in commit.run.items()}
+        new_events = len(commit.events) + (1 if commit.checkpoint is not None else 0)
+        now_dt = datetime.now(dt_timezone.utc)
+        fields.update(event_seq=F("event_seq") + new_events, updated_at=now_dt)
+        if commit.take_over:
+            fields["epoch"] = F("epoch") + 1
+        if commit.release:
+            fields.update(lease_owner=None, lease_expires_at=None)
+        if commit.checkpoint is not None:
+            fields["checkpoint_count"] = F("checkpoint_count") + 1
+        if fields.get("status") in r.FINAL_STATUSES:
+            fields["finished_at"] = now_dt
+        with transaction.atomic():
+            if Run.objects.filter(pk=run_id, epoch=epoch).update(**fields) != 1:
+                self._get(run_id)  # RunNotFoundError if it is gone
+                raise FencedError(run_id, epoch)  # a newer owner claimed the run
+            row = Run.objects.values("epoch", "event_seq", "control", "checkpoint_count",
+                                     "agent").get(pk=run_id)
+            seq = row["event_seq"] - new_events
+            if commit.supersede is not None:
+                s = commit.supersede
+                (Effect.objects.filter(run_id=run_id, superseded=False)
+                 .filter(Q(step_no__gt=s.after_step) | ~Q(branch__in=s.keep_branches))
+                 .update(superseded=True))
+            if commit.effects:
+                Effect.objects.bulk_create(
+                    [effect_row(run_id, e) for e in commit.effects], update_conflicts=True,
+                    unique_fields=["run", "branch", "step_no", "seq"],
+                    update_fields=EFFECT_UPDATE_FIELDS)
+            events = list(commit.events)
+            number = None
+            if commit.checkpoint is not None:
+                number = commit.checkpoint.number or row["checkpoint_count"]
+                cp = checkpoint_row(run_id, commit.checkpoint, number)
+                cp.save(force_insert=True)
+                faults.hit("after_checkpoint_before_event", row["agent"])
+                events.append(("checkpoint", {"number": number, "branch": cp.branch,
+                                              "step": cp.step_no, "size": cp.size,
+                                              "reason": cp.reason}))
+            RunEvent.objects.bulk_create([
+                RunEvent(run_id=run_id, seq=seq + i, kind=kind, data=data, created_at=now_dt)
+                for i, (kind, data) in enumerate(events, start=1)])
+            if commit.audit is not None:
+                a = commit.audit
+                AuditEntry.objects.create(run_id=run_id, actor=a.actor, action=a.action,
+                                          reason=a.reason, before=a.before, after=a.after)
+            self._notify_on_commit(run_id, row["event_seq"])
+        return r.CommitResult(row["epoch"], row["event_seq"], row["control"], number)
+
+    def renew(self, run_id: str, epoch: int, lease_expires_at: float) -> str | None:
+        updated = Run.objects.filter(pk=run_id, epoch=epoch).update(
+            lease_expires_at=to_dt(lease_expires_at))
+        if updated != 1:
+            self._get(run_id)
+            raise FencedError(run_id, epoch)
+        return Run.objects.filter(pk=run_id).values_list("control", flat=True).first()
+
+    def due_runs(self, now: float, limit: int = 100) -> list[str]:
+        return list(due_runs_queryset(now).order_by("updated_at").values_list("id", flat=True)[:limit])
+
+    def history(self, run_id: str) -> r.History:
+        self._get(run_id)
+        checkpoints = Checkpoint.objects.filter(run_id=run_id).order_by("number")
+        effects = Effect.objects.filter(run_id=run_id).order_by("started_at", "id")
+        return r.History([checkpoint_record(c) for c in checkpoints],
+                         [effect_record(e) for e in effects])
+
+    # --- worker threads -----------------------------------------------------------------
+    def close_thread_resources(self) -> None:
+        connection.close()
+
+    # --- internals ----------------------------------------------------------------------
+    def _get(self, run_id: str) -> Run:
+        try:
+            return Run.objects.get(pk=run_id)
+        except Run.DoesNotExist:
+            raise RunNotFoundError(run_id) from None
+
+    def _notify_on_commit(self, run_id: str, seq: int) -> None:
+        if self.notify is not None:
+            transaction.on_commit(lambda: self.notify(run_id, seq))
+
+
+def due_runs_queryset(now: float):
+    now_dt = to_dt(now)
+    return Run.objects.filter(
+        Q(status=r.QUEUED, lease_owner__isnull=True)
+        | Q(status__in=[r.QUEUED, r.RUNNING], lease_expires_at__lte=now_dt)
+        | Q(status=r.RUNNING, lease_owner__isnull=True)
+        | Q(status=r.WAITING, wake_at__lte=now_dt, lease_owner__isnull=True))
+
+
+# --- row <-> record ------------------------------------------------------------------------
+def run_record(row: Run) -> r.RunRecord:
+    return r.RunRecord(
+        id=row.id, agent=row.agent, agent_version=row.agent_version, inputs=row.inputs,
+        status=row.status, branch=row.branch, step_no=row.step_no, epoch=row.epoch,
+        lease_owner=row.lease_owner, lease_expires_at=to_ts(row.lease_expires_at),
+        control=row.control, output=row.output, error=row.error, attention=row.attention,
+        progress_done=row.progress_done, progress_total=row.progress_total,
+        progress_message=row.progress_message, wake_at=to_ts(row.wake_at),
+        crash_count=row.crash_count, crash_step=row.crash_step, event_seq=row.event_seq,
+        created_at=to_ts(row.created_at), updated_at=to_ts(row.updated_at),
+        suspended_at=to_ts(row.suspended_at), owner=str(row.owner_id or ""))
+
+
+def checkpoint_record(row: Checkpoint) -> r.CheckpointRecord:
+    return r.CheckpointRecord(number=row.number, branch=row.branch, step_no=row.step_no,
+                              blob=bytes(row.blob), codec=row.codec, reason=row.reason,
+                              parent_number=row.parent_number, created_at=to_ts(row.created_at))
+
+
+def checkpoint_row(run_id: str, c: r.CheckpointRecord, number: int) -> Checkpoint:
+    return Checkpoint(run_id=run_id, number=number, branch=c.branch, step_no=c.step_no,
+                      codec=c.codec, blob=c.blob, size=c.size, reason=c.reason,
+                      parent_number=c.parent_number, created_at=to_dt(c.created_at))
+
+
+def effect_record(row: Effect) -> r.EffectRecord:
+    return r.EffectRecord(
+        branch=row.branch, step_no=row.step_no, seq=row.seq, kind=row.kind, tool=row.tool,
+        digest=row.digest, key=row.key, idempotent=row.idempotent, status=row.status,
+        args_preview=row.args_preview, result=row.result, error=row.error, attempts=row.attempts,
+        started_at=to_ts(row.started_at) or 0.0, finished_at=to_ts(row.finished_at),
+        resolution=row.resolution, superseded=row.superseded, worker=row.worker)
+
+
+def effect_row(run_id: str, e: r.EffectRecord) -> Effect:
+    return Effect(run_id=run_id, branch=e.branch, step_no=e.step_no, seq=e.seq, kind=e.kind,
+                  tool=e.tool, digest=e.digest, key=e.key, idempotent=e.idempotent,
+                  status=e.status, args_preview=e.args_preview, result=e.result, error=e.error,
+                  attempts=e.attempts, started_at=to_dt(e.started_at or None),
+                  finished_at=to_dt(e.finished_at), resolution=e.resolution,
+                  superseded=e.superseded, worker=e.worker)

@@ -1,0 +1,65 @@
+"""The recovery sweep: hand every run that should be running to a worker.
+
+It runs in qcluster's main process every AGENTOPS_SWEEP_INTERVAL seconds (see
+runs/management/commands/qcluster.py) and on demand (`manage.py runs sweep`).
+Due runs: queued and unleased, running with an expired lease, waiting on a
+timer that is due. A run's lease held by a process on this host that no longer
+exists is expired at once, so a SIGKILLed worker's run does not wait out its
+lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from datetime import timedelta
+
+import psutil
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from runs.models import Run
+from runs.store import due_runs_queryset
+from runs.worker import enqueue_run
+
+logger = logging.getLogger("agentops.sweep")
+
+
+def sweep(limit: int = 500) -> int:
+    """Enqueue due runs; return how many were enqueued."""
+    expire_dead_local_leases()
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.AGENTOPS["REQUEUE_AFTER_SECONDS"])
+    not_enqueued = Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=stale)
+    due = list(due_runs_queryset(time.time()).filter(not_enqueued)
+               .order_by("updated_at").values_list("id", flat=True)[:limit])
+    enqueued = 0
+    for run_id in due:
+        # Several clusters sweep at once: the conditional update elects one.
+        if Run.objects.filter(not_enqueued, pk=run_id).update(enqueued_at=now) == 1:
+            enqueue_run(run_id)
+            enqueued += 1
+    return enqueued
+
+
+def expire_dead_local_leases() -> int:
+    host = socket.gethostname()
+    held = Run.objects.filter(lease_owner__startswith=f"{host}:",
+                              status__in=["queued", "running", "waiting"])
+    expired = 0
+    for run_id, owner in held.values_list("id", "lease_owner"):
+        if not _alive(int(owner.split(":")[1])):
+            expired += Run.objects.filter(pk=run_id, lease_owner=owner).update(
+                lease_expires_at=timezone.now())
+    if expired:
+        logger.info("expired %d lease(s) of dead local workers", expired)
+    return expired
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

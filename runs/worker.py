@@ -1,0 +1,86 @@
+"""The django-q2 task that executes runs, and the worker process's shutdown hand-off.
+
+Deploys signal workers in two ways (STACK-NOTES): SIGTERM to qcluster's main
+process only (our qcluster forwards SIGUSR1 to the workers), or SIGTERM to the
+whole process group (each worker gets it directly). Either way the worker's
+handler sets STOP; the running run stops at its next effect boundary, hands
+itself back (queued, lease released at once) and only then does a worker that
+got SIGTERM die, as it would have without us.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+
+from django.db import close_old_connections, transaction
+from django.utils import timezone
+
+from runs.config import worker_config
+from runs.durable import Outcome, execute_run
+from runs.live import notify_run
+from runs.models import Run
+from runs.store import OrmStore
+
+logger = logging.getLogger("agentops.worker")
+
+TASK = "runs.worker.execute_run_task"
+STOP = threading.Event()       # hand the current run back at its next boundary
+_state = {"active": False, "terminate": False}
+
+
+def store() -> OrmStore:
+    return OrmStore(notify=notify_run)
+
+
+def execute_run_task(run_id: str) -> str:
+    if STOP.is_set():
+        # This process is draining: leave the run to a live cluster's sweep.
+        Run.objects.filter(pk=run_id, lease_owner__isnull=True).update(enqueued_at=None)
+        return "draining"
+    close_old_connections()
+    _state["active"] = True
+    try:
+        outcome = execute_run(store(), run_id, worker_config(), stop_event=STOP)
+    finally:
+        _state["active"] = False
+    if outcome == Outcome.YIELDED:
+        enqueue_run(run_id)
+    elif outcome == Outcome.HANDED_OFF:
+        Run.objects.filter(pk=run_id).update(enqueued_at=None)
+        logger.info("run %s handed off on shutdown", run_id)
+    if _state["terminate"]:
+        _die_by_sigterm()
+    return outcome
+
+
+def enqueue_run(run_id: str) -> None:
+    """Queue a task for the run once the current transaction commits."""
+    def send():
+        from django_q.tasks import async_task
+
+        Run.objects.filter(pk=run_id).update(enqueued_at=timezone.now())
+        async_task(TASK, run_id, task_name=f"run-{run_id}", group="runs")
+
+    transaction.on_commit(send)
+
+
+def install_signal_handlers() -> None:
+    """Called in each worker process (django-q2's post_spawn)."""
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGUSR1, _on_signal)
+
+
+def _on_signal(signum, frame) -> None:
+    STOP.set()
+    if signum == signal.SIGTERM:
+        _state["terminate"] = True
+        if not _state["active"]:
+            _die_by_sigterm()
+
+
+def _die_by_sigterm() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)

@@ -113,6 +113,9 @@ else:
         }
     }
 DATABASES["default"].setdefault("TEST", {})
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A file, not :memory:, so worker and server processes started by tests share it.
+    DATABASES["default"]["TEST"]["NAME"] = str(VAR_DIR / "test-agentops.sqlite3")
 if os.environ.get("AGENTOPS_TEST_DB_NAME"):
     DATABASES["default"]["TEST"]["NAME"] = os.environ["AGENTOPS_TEST_DB_NAME"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -1,10 +1,15 @@
+import os
+
 from django.dispatch import receiver
 from django_q.signals import post_spawn
 
 
 @receiver(post_spawn)
 def on_worker_spawn(sender, proc_name, **kwargs):
-    # post_spawn is also sent for the monitor/pusher? No: only worker() sends it.
+    # Only django-q2's worker() sends post_spawn, so this runs in worker processes.
     from runs.worker import install_signal_handlers
 
     install_signal_handlers()
+    pid_dir = os.environ.get("AGENTOPS_WORKER_PID_DIR")
+    if pid_dir:  # lets crash tests tell worker processes from the monitor and pusher
+        open(os.path.join(pid_dir, f"worker-{os.getpid()}"), "w").close()

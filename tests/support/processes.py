@@ -1,0 +1,156 @@
+"""Real processes for tests: a Daphne server and qcluster workers on the test database.
+
+They run in their own sessions (process groups) so a test can signal one
+process or a whole cluster, as a supervisor would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05, message: str = ""):
+    """Poll `predicate` until it returns a truthy value; fail with `message` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {message or predicate}")
+        time.sleep(interval)
+
+
+def process_env(**extra) -> dict:
+    """The environment for a child process, pointed at the test database."""
+    env = dict(os.environ)
+    settings = connection.settings_dict
+    if settings["ENGINE"].endswith("postgresql"):
+        user = settings.get("USER") or "postgres"
+        host = settings.get("HOST") or "127.0.0.1"
+        port = settings.get("PORT") or 5432
+        password = f":{settings['PASSWORD']}" if settings.get("PASSWORD") else ""
+        env["DATABASE_URL"] = f"postgres://{user}{password}@{host}:{port}/{settings['NAME']}"
+    else:
+        env.pop("DATABASE_URL", None)
+        env["SQLITE_PATH"] = str(settings["NAME"])
+    env.setdefault("AGENTOPS_AGENT_MODULES", "tests.workload_agents")
+    env["PYTHONPATH"] = str(ROOT)
+    env["DJANGO_SETTINGS_MODULE"] = "agentops.settings"
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+class Managed:
+    """A child process in its own session, with its output in a log file."""
+
+    def __init__(self, args: list[str], env: dict, log_path: Path):
+        self.log_path = log_path
+        self.log = open(log_path, "ab")
+        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal(self, sig) -> None:
+        os.kill(self.proc.pid, sig)
+
+    def signal_group(self, sig) -> None:
+        os.killpg(self.proc.pid, sig)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.alive():
+            try:
+                self.signal(signal.SIGTERM)
+                self.proc.wait(timeout)
+            except (subprocess.TimeoutExpired, ProcessLookupError):
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.log.close()
+
+    def output(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")
+
+
+class Server(Managed):
+    def __init__(self, tmp_path: Path, port: int | None = None, **env):
+        self.port = port or free_port()
+        super().__init__([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+                          "agentops.asgi:application"], process_env(**env),
+                         tmp_path / f"daphne-{self.port}.log")
+        self.url = f"http://127.0.0.1:{self.port}"
+        wait_until(self._ready, 30, message=f"daphne on {self.port}")
+
+    def _ready(self):
+        if not self.alive():
+            raise AssertionError(f"daphne exited:\n{self.output()[-3000:]}")
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", self.port)) == 0
+
+
+class Cluster(Managed):
+    """`manage.py qcluster`: main process, sentinel, and its worker processes."""
+
+    def __init__(self, tmp_path: Path, workers: int = 2, name: str = "c", **env):
+        env.setdefault("AGENTOPS_WORKERS", workers)
+        self.pid_dir = tmp_path / f"pids-{name}-{time.monotonic_ns()}"
+        self.pid_dir.mkdir()
+        env["AGENTOPS_WORKER_PID_DIR"] = self.pid_dir
+        super().__init__([sys.executable, "manage.py", "qcluster"], process_env(**env),
+                         tmp_path / f"qcluster-{name}-{time.monotonic_ns()}.log")
+        self.workers = workers
+        wait_until(lambda: len(self.worker_pids()) >= workers or self._dead(), 30,
+                   message="qcluster workers")
+
+    def _dead(self):
+        if not self.alive():
+            raise AssertionError(f"qcluster exited:\n{self.output()[-3000:]}")
+        return False
+
+    def worker_pids(self) -> list[int]:
+        """Live worker processes of this cluster (each writes a pid file when spawned)."""
+        pids = [int(p.name.split("-")[1]) for p in self.pid_dir.iterdir()]
+        return [pid for pid in pids if _running(pid)]
+
+    def all_pids(self) -> list[int]:
+        try:
+            return [self.pid] + [p.pid for p in psutil.Process(self.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
+        return False

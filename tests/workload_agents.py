@@ -1,0 +1,116 @@
+"""Agents the process-level tests launch (loaded with AGENTOPS_AGENT_MODULES).
+
+They use only the public API, and they reach "the outside world" through the
+sandbox over real HTTP, so tests can count what arrived downstream.
+"""
+
+import os
+import time
+
+import httpx
+
+from runs.durable import Agent, Done, agent, tool
+
+
+def sandbox_url() -> str:
+    return os.environ.get("AGENTOPS_SANDBOX_URL", "http://127.0.0.1:8000/sandbox")
+
+
+@tool(idempotent=True)
+def post_record(unit: str, value: int, *, idempotency_key: str) -> dict:
+    response = httpx.post(f"{sandbox_url()}/api/records", json={"unit": unit, "value": value},
+                          headers={"Idempotency-Key": idempotency_key}, timeout=10)
+    response.raise_for_status()
+    return {"id": response.json()["id"]}
+
+
+@tool
+def send_notification(unit: str) -> dict:
+    response = httpx.post(f"{sandbox_url()}/api/notifications", json={"unit": unit}, timeout=10)
+    response.raise_for_status()
+    return {"count": response.json()["count"]}
+
+
+@tool(idempotent=True)
+def pause_for(seconds: float, *, idempotency_key: str) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+@agent("steps", version="1", input_schema={
+    "type": "object",
+    "properties": {
+        "steps": {"type": "integer", "minimum": 1, "maximum": 100000, "default": 20},
+        "delay": {"type": "number", "minimum": 0, "maximum": 10, "default": 0.05},
+        "notify": {"type": "boolean", "default": False},
+    },
+})
+class Steps(Agent):
+    """Writes one record per step to the sandbox; optionally notifies at the end."""
+
+    def start(self, inputs):
+        return {"i": 0, "n": inputs["steps"], "delay": inputs["delay"],
+                "notify": inputs["notify"], "total": 0}
+
+    def step(self, ctx, state):
+        i = state["i"]
+        if state["delay"]:
+            ctx.call(pause_for, state["delay"])
+        ctx.call(post_record, f"{ctx.run_id}-{i}", i)
+        state["total"] += i
+        state["i"] = i + 1
+        ctx.log(f"wrote unit {i}")
+        ctx.progress(state["i"], state["n"], f"unit {i}")
+        if state["i"] < state["n"]:
+            return state
+        if state["notify"]:
+            ctx.call(send_notification, f"{ctx.run_id}-done")
+        return Done({"units": state["n"], "total": state["total"]})
+
+
+@agent("ticker", version="1", input_schema={
+    "type": "object",
+    "properties": {
+        "steps": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 30,
+                  "description": "how many steps"},
+        "delay": {"type": "number", "minimum": 0, "maximum": 10, "default": 0.2,
+                  "description": "seconds per step"},
+    },
+})
+class Ticker(Agent):
+    """Counts slowly, with logs and progress: no outside world needed."""
+
+    def start(self, inputs):
+        return {"i": 0, "n": inputs["steps"], "delay": inputs["delay"]}
+
+    def step(self, ctx, state):
+        ctx.call(pause_for, state["delay"])
+        state["i"] += 1
+        ctx.log(f"tick {state['i']}")
+        ctx.progress(state["i"], state["n"])
+        return Done({"ticks": state["i"]}) if state["i"] >= state["n"] else state
+
+
+@agent("ask", version="1", input_schema={
+    "type": "object",
+    "properties": {"question": {"type": "string", "default": "What is your name?"}},
+})
+class Ask(Agent):
+    """Asks the user a question and greets them."""
+
+    def start(self, inputs):
+        return {"question": inputs["question"]}
+
+    def step(self, ctx, state):
+        ctx.log("asking")
+        answer = ctx.wait_for_input(state["question"], schema={
+            "type": "object", "properties": {"name": {"type": "string", "minLength": 1}},
+            "required": ["name"]})
+        return Done({"greeting": f"Hello, {answer['name']}!"})
+
+
+@agent("shout", version="1")
+def shout(ctx, inputs):
+    """Writes markup into its log and output (escaping must hold)."""
+    ctx.log("<script>window.__pwned = 1</script><b>bold</b>")
+    return {"html": "<script>window.__pwned = 2</script>", "text": inputs.get("text", "")}

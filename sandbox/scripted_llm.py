@@ -31,8 +31,8 @@ import re
 from .openai_wire import ChatRequest, text_of
 
 SCRIPT = ("search_pages", "calculator", "write_note")
-_STOPWORDS_TEXT = """a an and are about can could did do does find for from give how i in is it me
-    of on or please show tell that the this to was what when where which who why will
+_STOPWORDS_TEXT = """a an and are about can could did do does find for from give how i in is it
+    many me much of on or please show tell that the this to was what when where which who why will
     with would you your"""
 STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
 MAX_QUERY_WORDS = 4

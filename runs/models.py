@@ -183,3 +183,22 @@ class AuditEntry(models.Model):
 
     def __str__(self):
         return f"{self.actor} {self.action} {self.run_id[:8]}"
+
+
+class WorkerHeartbeat(models.Model):
+    """A qcluster main process, written by its sweep loop (runs/heartbeat.py): what
+    the operators' Workers page knows about hosts and processes that hold no run."""
+
+    host = models.CharField(max_length=200)
+    pid = models.IntegerField()
+    cluster = models.CharField(max_length=100, blank=True, default="")
+    started_at = models.DateTimeField(default=timezone.now)
+    last_seen = models.DateTimeField(default=timezone.now)
+    processes = models.JSONField(default=list, help_text="the cluster's child processes")
+
+    class Meta:
+        ordering = ["host", "pid"]
+        constraints = [models.UniqueConstraint(fields=["host", "pid"], name="heartbeat_unique_process")]
+
+    def __str__(self):
+        return f"{self.cluster or 'cluster'} {self.host}:{self.pid}"

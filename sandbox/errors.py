@@ -20,6 +20,10 @@ class MissingIdempotencyKey(SandboxError):
     code = "missing_idempotency_key"
 
 
+class InvalidIdempotencyKey(SandboxError):
+    code = "invalid_idempotency_key"
+
+
 class InvalidBody(SandboxError):
     code = "invalid_body"
 

@@ -26,6 +26,7 @@ from .dataset import canonical_json
 from .errors import (
     IdempotencyKeyReused,
     InvalidBody,
+    InvalidIdempotencyKey,
     MissingIdempotencyKey,
     RequestInProgress,
     SimulatedFailure,
@@ -74,7 +75,7 @@ def record_post(
     if not key:
         raise MissingIdempotencyKey("the Idempotency-Key header is required")
     if len(key) > MAX_KEY_LENGTH:
-        raise MissingIdempotencyKey(f"the Idempotency-Key header is longer than {MAX_KEY_LENGTH}")
+        raise InvalidIdempotencyKey(f"the Idempotency-Key header is longer than {MAX_KEY_LENGTH}")
     _count_call(key)
     try:
         payload = parse_payload(raw_body)

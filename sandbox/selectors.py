@@ -135,7 +135,7 @@ def report() -> dict:
         "keys_with_several_records": several,
         "notifications": {
             "count": notifications["count"],
-            "per_unit": notifications["per_unit"],
+            "per_unit": dict(list(notifications["per_unit"].items())[:REPORT_LIMIT]),
             "units_notified_more_than_once": notifications["units_notified_more_than_once"],
         },
         "generation": current_generation(),

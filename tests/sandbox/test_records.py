@@ -70,6 +70,12 @@ class TestRecordsApi:
         assert not IdempotencyKey.objects.exists()
         assert not KeyCall.objects.exists()
 
+    def test_it_refuses_an_overlong_key(self, client):
+        response = post(client, {"unit": "row-1"}, key="k" * 256)
+        assert response.status_code == 400
+        assert response.json()["error"] == "invalid_idempotency_key"
+        assert not KeyCall.objects.exists()
+
     @pytest.mark.parametrize("body", ["[1, 2]", "not json", "", '"a string"'])
     def test_it_requires_a_json_object(self, client, body):
         response = post(client, body)

@@ -104,7 +104,8 @@ def _claim(key: str, digest: str, token: str) -> bool:
 
 
 def _answer_existing(key: str, digest: str, token: str) -> Outcome | None:
-    """The answer for a key already claimed, or None once its stale claim is ours."""
+    """The answer for a key already claimed, or None once the key is ours after all
+    (released by a failed claimant, or a stale claim taken over)."""
     for _ in range(3):
         row = IdempotencyKey.objects.filter(key=key).first()
         if row is not None:

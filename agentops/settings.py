@@ -113,9 +113,13 @@ else:
         }
     }
 DATABASES["default"].setdefault("TEST", {})
+# Test databases are per test session (several sessions may run side by side), and
+# for SQLite a file, not :memory:, so worker and server processes started by tests
+# share it.
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # A file, not :memory:, so worker and server processes started by tests share it.
-    DATABASES["default"]["TEST"]["NAME"] = str(VAR_DIR / "test-agentops.sqlite3")
+    DATABASES["default"]["TEST"]["NAME"] = str(VAR_DIR / f"test-agentops-{os.getpid()}.sqlite3")
+else:
+    DATABASES["default"]["TEST"]["NAME"] = f"test_{DATABASES['default']['NAME']}_{os.getpid()}"
 if os.environ.get("AGENTOPS_TEST_DB_NAME"):
     DATABASES["default"]["TEST"]["NAME"] = os.environ["AGENTOPS_TEST_DB_NAME"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+import tests.workload_agents  # noqa: F401  (registers the agents tests launch)
 from tests.support.processes import Cluster, Server
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}

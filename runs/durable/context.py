@@ -104,7 +104,8 @@ class RunContext:
     def _invoke(self, tool: Tool, record: r.EffectRecord, args, kwargs):
         session = self._session
         session.ensure_lease()
-        faults.hit("before_effect", session.run.agent)
+        tag = f"{session.run.agent}/{tool.name}"
+        faults.hit("before_effect", tag)
         record.started_at = time.time()
         call_kwargs = dict(kwargs, idempotency_key=record.key) if tool.idempotent else kwargs
         error = None
@@ -129,7 +130,7 @@ class RunContext:
         else:
             record.status = r.ERROR
             record.error = {"type": type(error).__name__, "message": str(error)[:2000]}
-        faults.hit("after_effect_before_log", session.run.agent)
+        faults.hit("after_effect_before_log", tag)
         session.log_effect(record)
         if error is not None:
             raise _tool_error(record) from error

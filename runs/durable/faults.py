@@ -6,8 +6,9 @@ Two ways to arm a point:
     AGENTOPS_FAULTS_DIR. The first process to reach the point claims the file
     (an atomic rename, so exactly one process fires it) and performs the action
     written in it: "kill" (SIGKILL itself), "term", "stop" (SIGSTOP itself),
-    "raise", or "sleep:SECONDS". An optional "@AGENT" suffix restricts it to
-    runs of that agent, e.g. "kill@crawl".
+    "raise", or "sleep:SECONDS". An optional "@TEXT" suffix restricts it to hits
+    whose tag ("agent/tool") contains TEXT, e.g. "kill@crawl" or
+    "kill@send_notification".
 """
 
 import os
@@ -41,23 +42,23 @@ class FaultPoints:
     def disarm(self) -> None:
         self._armed.clear()
 
-    def hit(self, point: str, agent: str = "") -> None:
+    def hit(self, point: str, tag: str = "") -> None:
         if self._armed:
             action = self._armed.get(point)
             if action is not None:
                 action() if callable(action) else perform(str(action))
         if self.directory:
-            self._hit_file(point, agent)
+            self._hit_file(point, tag)
 
-    def _hit_file(self, point: str, agent: str) -> None:
+    def _hit_file(self, point: str, tag: str) -> None:
         path = os.path.join(self.directory, point)
         try:
             with open(path) as fh:
                 spec = fh.read().strip()
         except FileNotFoundError:
             return
-        action, _, only_agent = spec.partition("@")
-        if only_agent and only_agent != agent:
+        action, _, only = spec.partition("@")
+        if only and only not in tag:
             return
         try:
             os.rename(path, f"{path}.fired.{os.getpid()}")

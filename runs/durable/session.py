@@ -60,6 +60,7 @@ class RunSession:
         self._buffer: list[r.EffectRecord] = []
         self._events: list[tuple[str, dict]] = []
         self._progress: dict = {}
+        self._crash_pending = False
         self._lock = threading.Lock()
 
     # --- the run loop ---------------------------------------------------------------
@@ -74,6 +75,7 @@ class RunSession:
     def _execute(self) -> str:
         run = self.run
         crash_count = self._crash_count()
+        self._crash_pending = crash_count > 0
         if crash_count >= self.config.crash_loop_limit:
             return self._attention("crash_loop", f"the run crashed its worker {crash_count} "
                                    f"times in step {run.step_no + 1}", {"crashes": crash_count})
@@ -255,6 +257,9 @@ class RunSession:
                                         created_at=time.time())
         update = dict(run_update or {})
         update["step_no"] = step_no
+        if self._crash_pending and reason == "step":
+            update["crash_count"] = 0  # the step that crashed has now completed
+            self._crash_pending = False
         events = []
         if status_event:
             events.append(("status", {"status": r.RUNNING, "event": status_event,

@@ -48,7 +48,7 @@ class Command(QClusterCommand):
             cluster.stop()
             return
         interval = settings.AGENTOPS["SWEEP_INTERVAL"]
-        while not stopping["flag"] and not cluster.has_stopped():
+        while not stopping["flag"] and not cluster.has_stopped:
             try:
                 close_old_connections()
                 sweep()
@@ -56,7 +56,10 @@ class Command(QClusterCommand):
                 logger.exception("recovery sweep failed")
                 connection.close()
             time.sleep(interval)
-        while not cluster.has_stopped():
+        # After a signal to the whole group the sentinel is already dead and
+        # cluster.stop() returns early without marking the cluster stopped, so
+        # wait on the process rather than on has_stopped.
+        while cluster.sentinel.is_alive():
             time.sleep(0.1)
 
 

@@ -1,4 +1,18 @@
 from django.urls import path
 
+from runs.operator import actions, views
+
 app_name = "operator"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.dashboard, name="dashboard"),
+    path("storage/", views.storage, name="storage"),
+    path("attention/", views.attention, name="attention"),
+    path("workers/", views.workers, name="workers"),
+    path("runs/bulk/", actions.bulk, name="bulk"),
+    path("runs/<str:run_id>/", views.run_page, name="run"),
+    path("runs/<str:run_id>/live/", views.run_live, name="run_live"),
+    path("runs/<str:run_id>/act/", actions.act, name="act"),
+    path("runs/<str:run_id>/rollback/", actions.rollback, name="rollback"),
+    path("runs/<str:run_id>/resolve/", actions.resolve, name="resolve"),
+    path("runs/<str:run_id>/state/", actions.edit_state, name="edit_state"),
+]

@@ -56,6 +56,8 @@ class Command(BaseCommand):
         p.add_argument("--reason", default="")
         p.add_argument("--user", default=None)
         sub.add_parser("sweep", help="enqueue every run that is due now")
+        p = sub.add_parser("prune", help="apply the checkpoint retention policy (runs/retention.py)")
+        p.add_argument("--dry-run", action="store_true", help="only say what would be dropped")
 
     def handle(self, *args, **opts):
         self.as_json = opts["json"]
@@ -133,6 +135,17 @@ class Command(BaseCommand):
         from runs.sweep import sweep
 
         self.stdout.write(f"enqueued {sweep()} run(s)")
+
+    def do_prune(self, opts):
+        from runs.retention import prune
+
+        report = prune(dry_run=opts["dry_run"])
+        if self.as_json:
+            self.stdout.write(json.dumps({"dry_run": report.dry_run, "runs": report.runs,
+                                          "checkpoints": report.checkpoints,
+                                          "bytes": report.bytes, "per_run": report.per_run}))
+        else:
+            self.stdout.write(str(report))
 
     # --- output ----------------------------------------------------------------------
     def _print_run(self, run, full=False):

@@ -1,0 +1,1 @@
+"""The operators' pages: every run, the attention queue, workers, and the controls."""

@@ -1,0 +1,176 @@
+"""Operator actions: thin POST views over runs/services.py. Each takes a reason (the
+service records it in an AuditEntry with before/after); an engine refusal is shown
+as an error and changes nothing."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from runs import services
+from runs.durable import DurableError
+from runs.models import Run
+from runs.operator import selectors
+from runs.operator.views import operator_required, run_context
+from runs.operator_forms import (BulkActionForm, EditStateForm, ResolveForm, RollbackForm,
+                                 RunActionForm)
+
+SIMPLE_ACTIONS = {
+    "pause": (services.run_pause, {}, "Pause requested: the run stops at its next effect boundary."),
+    "resume": (services.run_resume, {}, "Resumed."),
+    "cancel": (services.run_cancel, {}, "Cancel requested."),
+    "retry": (services.run_resume, {}, "Retrying from the last checkpoint."),
+    "upgrade": (services.run_resume, {"upgrade": True},
+                "Continuing on the current version from the last checkpoint, on a new branch."),
+}
+
+
+@require_POST
+@operator_required
+def act(request, run_id):
+    run = get_object_or_404(Run, pk=run_id)
+    form = RunActionForm(request.POST)
+    if not form.is_valid():
+        _form_errors(request, form)
+        return redirect("operator:run", run_id=run.pk)
+    service, extra, done = SIMPLE_ACTIONS[form.cleaned_data["action"]]
+    try:
+        service(run_id=run.pk, user=request.user, reason=form.cleaned_data["reason"], **extra)
+    except DurableError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, done)
+    return redirect("operator:run", run_id=run.pk)
+
+
+@require_http_methods(["GET", "POST"])
+@operator_required
+def rollback(request, run_id):
+    """GET ?checkpoint=k: what rolling back to k undoes. POST: do it, with a reason."""
+    run = get_object_or_404(Run.objects.select_related("owner"), pk=run_id)
+    form = RollbackForm(request.POST or None,
+                        initial={"checkpoint": request.GET.get("checkpoint")})
+    number = _int(request.POST.get("checkpoint") or request.GET.get("checkpoint"))
+    preview, error = None, None
+    if number is None:
+        error = "Choose a checkpoint number."
+    else:
+        try:
+            preview = services.run_rollback_preview(run_id=run.pk, checkpoint=number)
+        except DurableError as exc:
+            error = str(exc)
+    if request.method == "POST" and preview is not None and form.is_valid():
+        try:
+            services.run_rollback(run_id=run.pk, checkpoint=number, user=request.user,
+                                  reason=form.cleaned_data["reason"])
+        except DurableError as exc:
+            error = str(exc)
+        else:
+            messages.success(request, f"Rolled back to checkpoint {number}: the run continues "
+                                      "on a new branch with new idempotency keys.")
+            return redirect("operator:run", run_id=run.pk)
+    if request.method == "POST":  # not done: a form error (400) or the engine refused (409)
+        status = 409 if error and form.is_valid() else 400
+    else:
+        status = 400 if error else 200
+    return render(request, "operator/rollback.html",
+                  {"run": run, "form": form, "preview": preview, "error": error,
+                   "checkpoint": number}, status=status)
+
+
+@require_POST
+@operator_required
+def resolve(request, run_id):
+    run = get_object_or_404(Run, pk=run_id)
+    form = ResolveForm(request.POST)
+    if not form.is_valid():
+        _form_errors(request, form)
+        return redirect("operator:run", run_id=run.pk)
+    data = form.cleaned_data
+    try:
+        services.run_resolve_effect(run_id=run.pk, seq=data["seq"], resolution=data["resolution"],
+                                    result=data["result"], user=request.user,
+                                    reason=data["reason"])
+    except DurableError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"In-doubt effect resolved ({data['resolution']}); the run "
+                                  "is queued again.")
+    return redirect("operator:run", run_id=run.pk)
+
+
+@require_http_methods(["GET", "POST"])
+@operator_required
+def edit_state(request, run_id):
+    """A JSON editor over the latest checkpoint; saving forks a new branch, left paused."""
+    run = get_object_or_404(Run.objects.select_related("owner"), pk=run_id)
+    checkpoint, state = selectors.latest_state(run)
+    form = EditStateForm(request.POST or None, initial={"state": state})
+    error = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.run_edit_state(run_id=run.pk, state=form.cleaned_data["state"],
+                                    user=request.user, reason=form.cleaned_data["reason"])
+        except DurableError as exc:
+            error = str(exc)
+        else:
+            run.refresh_from_db()
+            messages.success(request, f"State saved as a new checkpoint on branch {run.branch}; "
+                                      "the run is paused: resume it when ready.")
+            return redirect("operator:run", run_id=run.pk)
+    status = 200 if request.method == "GET" else (409 if error else 400)
+    return render(request, "operator/edit_state.html",
+                  {"run": run, "form": form, "checkpoint": checkpoint, "error": error},
+                  status=status)
+
+
+@require_POST
+@operator_required
+def bulk(request):
+    form = BulkActionForm(request.POST)
+    if not form.is_valid():
+        _form_errors(request, form)
+        return redirect(_back(request))
+    action = form.cleaned_data["action"]
+    service = SIMPLE_ACTIONS[action][0]
+    done, refused = 0, []
+    for run_id in form.cleaned_data["run"]:
+        try:
+            service(run_id=run_id, user=request.user, reason=form.cleaned_data["reason"])
+            done += 1
+        except DurableError as exc:
+            refused.append(f"{run_id[:8]}: {exc}")
+    total = len(form.cleaned_data["run"])
+    messages.success(request, f"{action}: {done} of {total} run(s) done.")
+    if refused:
+        shown = "; ".join(refused[:10]) + (f"; and {len(refused) - 10} more" if len(refused) > 10 else "")
+        messages.error(request, f"{len(refused)} refused: {shown}")
+    return redirect(_back(request))
+
+
+def _back(request) -> str:
+    from django.urls import reverse
+    from django.utils.http import url_has_allowed_host_and_scheme
+
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        return target
+    return reverse("operator:dashboard")
+
+
+def _form_errors(request, form) -> None:
+    for field, errors in form.errors.items():
+        label = "" if field == "__all__" else f"{field}: "
+        for error in errors:
+            messages.error(request, f"{label}{error}")
+
+
+def _int(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+__all__ = ["act", "rollback", "resolve", "edit_state", "bulk", "run_context"]

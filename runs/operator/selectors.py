@@ -1,0 +1,242 @@
+"""Reads for the operator pages. The all-runs list pages with a keyset (seek) cursor
+and never counts: a page costs the same few queries on 100,000 runs as on 100."""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.contrib.auth import get_user_model
+from django.core.cache import cache
+from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
+
+from runs import retention
+from runs.durable import records as r
+from runs.models import AuditEntry, Checkpoint, Effect, Run, RunEvent, WorkerHeartbeat
+
+PAGE_SIZE = 50
+SORT_FIELDS = {"-created": "created_at", "created": "created_at",
+               "-updated": "updated_at", "updated": "updated_at"}
+HEX = re.compile(r"^[0-9a-f]{4,32}$")
+RUN_ID_LENGTH = 32
+STALLABLE = (r.QUEUED, r.RUNNING)
+TOTAL_BYTES_CACHE = ("agentops:ops:stored-bytes", 60)
+
+
+# --- all runs ----------------------------------------------------------------------------
+def filtered_runs(filters: dict, *, now: datetime | None = None) -> QuerySet:
+    runs = Run.objects.select_related("owner").defer("inputs", "output", "error")
+    if filters.get("status"):
+        runs = runs.filter(status=filters["status"])
+    if filters.get("attention"):
+        runs = runs.filter(status=r.NEEDS_ATTENTION)
+    if filters.get("agent"):
+        runs = runs.filter(agent=filters["agent"])
+    if filters.get("owner"):
+        runs = runs.filter(owner__username=filters["owner"])
+    if filters.get("worker"):
+        runs = runs.filter(lease_owner__startswith=filters["worker"])
+    if filters.get("stalled"):
+        since = (now or timezone.now()) - timedelta(minutes=filters["stalled"])
+        runs = runs.filter(status__in=STALLABLE, updated_at__lt=since)
+    if filters.get("q"):
+        runs = runs.filter(search_q(filters["q"].strip()))
+    return runs
+
+
+def search_q(text: str) -> Q:
+    """A run ID (or its prefix) or an owner's username."""
+    users = list(get_user_model().objects.filter(username__icontains=text)
+                 .values_list("pk", flat=True)[:100])
+    found = Q(owner_id__in=users) if users else Q(pk__in=[])
+    lowered = text.lower()
+    if HEX.match(lowered):
+        # A range on the primary key uses its index under any collation; the
+        # startswith keeps it exact.
+        low = lowered.ljust(RUN_ID_LENGTH, "0")
+        high = lowered.ljust(RUN_ID_LENGTH, "f")
+        found |= Q(pk__gte=low, pk__lte=high, pk__startswith=lowered)
+    return found
+
+
+@dataclass
+class Page:
+    runs: list
+    sort: str
+    next_cursor: str | None
+    prev_cursor: str | None
+
+
+def keyset_page(runs: QuerySet, sort: str = "-created", *, after: str | None = None,
+                before: str | None = None, size: int = PAGE_SIZE) -> Page:
+    if sort not in SORT_FIELDS:
+        sort = "-created"
+    field = SORT_FIELDS[sort]
+    descending = sort.startswith("-")
+    cursor = decode_cursor(before or after)
+    backwards = bool(before) and cursor is not None
+    forward_desc = descending != backwards
+    if cursor is not None:
+        value, run_id = cursor
+        op, id_op = ("lt", "lt") if forward_desc else ("gt", "gt")
+        edge = "lte" if forward_desc else "gte"
+        runs = runs.filter(Q(**{f"{field}__{edge}": value})
+                           & (Q(**{f"{field}__{op}": value}) | Q(**{f"pk__{id_op}": run_id})))
+    prefix = "-" if forward_desc else ""
+    rows = list(runs.order_by(f"{prefix}{field}", f"{prefix}pk")[: size + 1])
+    more = len(rows) > size
+    rows = rows[:size]
+    if backwards:
+        rows.reverse()
+    has_next = more if not backwards else True
+    has_prev = (cursor is not None) if not backwards else more
+    return Page(rows, sort,
+                next_cursor=encode_cursor(rows[-1], field) if rows and has_next else None,
+                prev_cursor=encode_cursor(rows[0], field) if rows and has_prev else None)
+
+
+def encode_cursor(run: Run, field: str) -> str:
+    raw = f"{getattr(run, field).isoformat()}|{run.pk}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None):
+    if not cursor:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        value, run_id = raw.split("|", 1)
+        return datetime.fromisoformat(value), run_id
+    except (ValueError, UnicodeDecodeError):
+        return None  # a mangled cursor: the first page
+
+
+def attention_count() -> int:
+    return Run.objects.filter(status=r.NEEDS_ATTENTION).count()
+
+
+def total_stored_bytes() -> int:
+    key, ttl = TOTAL_BYTES_CACHE
+    total = cache.get(key)
+    if total is None:
+        total = retention.stored_bytes()
+        cache.set(key, total, ttl)
+    return total
+
+
+# --- attention queue -------------------------------------------------------------------------
+ATTENTION_LIMIT = 200
+
+
+def attention_queue(include_failed: bool = True, limit: int = ATTENTION_LIMIT) -> list[Run]:
+    statuses = [r.NEEDS_ATTENTION] + ([r.FAILED] if include_failed else [])
+    return list(Run.objects.select_related("owner").filter(status__in=statuses)
+                .defer("inputs", "output").order_by("-updated_at", "-pk")[:limit])
+
+
+def in_doubt_effects(runs: list[Run]) -> dict[str, Effect]:
+    """The intent row of each in-doubt run, in one query."""
+    wanted = [Q(run_id=run.pk, branch=run.branch, step_no=run.attention.get("step_no"),
+                seq=run.attention.get("seq"))
+              for run in runs if (run.attention or {}).get("kind") == "in_doubt"]
+    if not wanted:
+        return {}
+    either = wanted[0]
+    for condition in wanted[1:]:
+        either |= condition
+    return {e.run_id: e for e in Effect.objects.filter(either)}
+
+
+# --- one run -----------------------------------------------------------------------------------
+RECENT = 100
+
+
+def run_detail(run: Run) -> dict:
+    checkpoints = list(Checkpoint.objects.filter(run=run).defer("blob").order_by("-number")[:RECENT])
+    effects = list(Effect.objects.filter(run=run).order_by("-id")[:RECENT])
+    events = list(RunEvent.objects.filter(run=run).order_by("-seq")[:RECENT])[::-1]
+    audit = list(AuditEntry.objects.filter(run=run).order_by("-created_at", "-id")[:RECENT])
+    in_doubt = in_doubt_effects([run]).get(run.pk) if run.status == r.NEEDS_ATTENTION else None
+    return {"checkpoints": checkpoints, "effects": effects, "events": events, "audit": audit,
+            "in_doubt": in_doubt, "stored_bytes": retention.stored_bytes([run.pk]).get(run.pk, 0),
+            "checkpoints_shown": len(checkpoints) == RECENT}
+
+
+def events_after(run: Run, seq: int, limit: int = 500) -> list[RunEvent]:
+    return list(RunEvent.objects.filter(run=run, seq__gt=seq).order_by("seq")[:limit])
+
+
+def latest_state(run: Run):
+    """The state an edit starts from: the latest checkpoint on the live branch."""
+    from runs.durable.serde import decode_state
+
+    checkpoint = (Checkpoint.objects.filter(run=run, branch=run.branch)
+                  .order_by("-step_no", "-number").first())
+    if checkpoint is None:
+        return None, None
+    return checkpoint, decode_state(bytes(checkpoint.blob), checkpoint.codec)
+
+
+# --- workers ---------------------------------------------------------------------------------
+RATE_WINDOW = timedelta(minutes=5)
+HEARTBEAT_STALE = timedelta(seconds=15)
+
+
+@dataclass
+class WorkerProcess:
+    host: str
+    pid: int
+    owner: str
+    runs: list
+    last_renewal: datetime | None
+
+
+def workers_overview(now: datetime | None = None) -> dict:
+    from django.conf import settings
+    from django_q.models import OrmQ
+
+    now = now or timezone.now()
+    lease = timedelta(seconds=settings.AGENTOPS["LEASE_SECONDS"])
+    held = (Run.objects.filter(lease_owner__isnull=False)
+            .only("id", "agent", "status", "lease_owner", "lease_expires_at", "step_no")
+            .order_by("lease_owner", "id"))
+    processes: dict[str, WorkerProcess] = {}
+    for run in held:
+        host, pid = _split_owner(run.lease_owner)
+        process = processes.setdefault(run.lease_owner, WorkerProcess(host, pid, run.lease_owner,
+                                                                      [], None))
+        process.runs.append(run)
+        renewed = run.lease_expires_at - lease if run.lease_expires_at else None
+        if renewed and (process.last_renewal is None or renewed > process.last_renewal):
+            process.last_renewal = renewed
+    clusters = list(WorkerHeartbeat.objects.all())
+    hosts: dict[str, dict] = {}
+    for cluster in clusters:
+        cluster.stale = now - cluster.last_seen > HEARTBEAT_STALE
+        hosts.setdefault(cluster.host, {"clusters": [], "processes": []})["clusters"].append(cluster)
+    for process in processes.values():
+        hosts.setdefault(process.host, {"clusters": [], "processes": []})["processes"].append(process)
+    finished = (Run.objects.filter(finished_at__gte=now - RATE_WINDOW).values("status")
+                .annotate(n=Count("id")).order_by())
+    finished_by_status = {row["status"]: row["n"] for row in finished}
+    minutes = RATE_WINDOW.total_seconds() / 60
+    return {
+        "hosts": dict(sorted(hosts.items())),
+        "queue_depth": OrmQ.objects.count(),
+        "queued_runs": Run.objects.filter(status=r.QUEUED).count(),
+        "finished": finished_by_status,
+        "finished_per_minute": round(sum(finished_by_status.values()) / minutes, 2),
+        "window_minutes": int(minutes),
+        "now": now,
+    }
+
+
+def _split_owner(owner: str) -> tuple[str, int]:
+    parts = owner.split(":")
+    try:
+        return parts[0], int(parts[1])
+    except (IndexError, ValueError):
+        return owner, 0

@@ -92,7 +92,7 @@ class RunContext:
             if not tool.idempotent and recorded.resolution != "retry":
                 error = InDoubtEffectError(position=position, tool=tool.name, key=recorded.key)
                 error.record = recorded
-                raise error
+                raise self._session.halt(error)
             record = recorded  # in doubt (idempotent) or an operator said retry: same key
         else:
             self._session.effect_boundary()
@@ -199,13 +199,16 @@ class RunContext:
 
     # --- viewer-facing ------------------------------------------------------------
     def log(self, message: str) -> None:
-        self._session.emit("log", {"step": self.step_no, "message": str(message)[:4000]})
+        self._session.emit("log", {"step": self.step_no, "message": str(message)[:4000]},
+                           live=self._live)
 
     def progress(self, done: float, total: float, message: str = "") -> None:
-        self._session.set_progress(done, total, str(message)[:500])
+        self._session.set_progress(done, total, str(message)[:500], live=self._live)
 
     # --- internals ----------------------------------------------------------------
     def _next(self, kind: str, name: str, args, kwargs):
+        if self._session.halted is not None:  # the agent caught it and went on: stop again
+            raise self._session.halted
         seq = self._seq
         self._seq += 1
         position = (self.branch, self.step_no, seq)
@@ -216,8 +219,8 @@ class RunContext:
             attempted = {"kind": kind, "tool": name, "args_preview": preview(args, kwargs),
                          "digest": digest(name, args, kwargs)}
             if (recorded.kind, recorded.tool, recorded.digest) != (kind, name, attempted["digest"]):
-                raise NonDeterminismError(position=position, recorded=recorded.describe(),
-                                          attempted=attempted)
+                raise self._session.halt(NonDeterminismError(
+                    position=position, recorded=recorded.describe(), attempted=attempted))
         return position, recorded
 
     def _new_record(self, position, kind, tool: Tool | None, args, kwargs) -> r.EffectRecord:

@@ -55,6 +55,13 @@ def resume(store, run_id: str, *, actor: str, reason: str = "", upgrade: bool = 
             if run.status in r.FINAL_STATUSES and run.status != r.FAILED:
                 raise InvalidTransitionError("upgrade", run.status)
             version = str(type(registry.get(run.agent)).version)
+            if not any(c.branch == run.branch for c in history.checkpoints):
+                # It never started: no code of the old version ran, so start afresh.
+                return r.Commit(run={"status": r.QUEUED, "agent_version": version,
+                                     "control": None, "attention": None, "error": None,
+                                     "crash_count": 0},
+                                events=[("status", {"status": r.QUEUED, "reason": "upgrade"})],
+                                take_over=True)
             latest = _latest_checkpoint(run, history)
             return _fork(run, history, latest, decode_state(latest.blob, latest.codec),
                          status=r.QUEUED, reason="upgrade", extra={"agent_version": version})

@@ -56,6 +56,7 @@ class RunSession:
         self.fenced = False
         self.lease_expires_at = claim.run.lease_expires_at or 0.0
         self.suspended_for = 0.0
+        self.halted: DurableError | None = None
         self._replay: dict[tuple, r.EffectRecord] = {}
         self._buffer: list[r.EffectRecord] = []
         self._events: list[tuple[str, dict]] = []
@@ -98,11 +99,17 @@ class RunSession:
         away = self.crashed or run.suspended_at is not None
         if run.suspended_at is not None:
             self.suspended_for = max(0.0, time.time() - run.suspended_at)
-        elif self.crashed and run.lease_expires_at:
-            self.suspended_for = max(0.0, time.time() - (run.lease_expires_at - self.config.lease_seconds))
+        elif self.crashed:
+            # The claim replaced the dead worker's lease: its last durable write is the
+            # last sign of life we have.
+            self.suspended_for = max(0.0, time.time() - _last_write(loaded))
 
         if loaded.checkpoint is None:
-            state = agent.start(dict(run.inputs))
+            try:
+                state = agent.start(dict(run.inputs))
+                encode_state(state)
+            except Exception as exc:  # noqa: BLE001 - the agent's own failure, as in a step
+                return self._fail(exc, 0)
             self._checkpoint(state, 0, reason="start", run_update=run_update,
                              status_event="started")
             step_no = 0
@@ -114,7 +121,12 @@ class RunSession:
                             "after": "crash" if self.crashed else "suspension" if away else "slice",
                             "worker": self.owner})]))
             if away and agent.has_on_resume():
-                state = self._on_resume(agent, state, step_no)
+                try:
+                    state = self._on_resume(agent, state, step_no)
+                except FencedError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the agent's own failure, as in a step
+                    return self._fail(exc, step_no + 1)
         return self._loop(agent, state, step_no)
 
     def _loop(self, agent: Agent, state: dict, step_no: int) -> str:
@@ -134,10 +146,15 @@ class RunSession:
             first = False
             ctx = RunContext(self, step_no + 1)
             try:
-                result = agent.step(ctx, state)
+                result = self._run_step(agent, ctx, state)
             except Suspend as suspend:
                 return self._suspend(suspend, dirty, step_no)
             except Stop as stop:
+                if stop.why != r.CANCEL:
+                    # The step is cut short and will run again from its start; that replay
+                    # re-emits what it buffered since its last logged effect (logs,
+                    # progress, now()/random()): writing it now would duplicate it.
+                    self._buffer, self._events, self._progress = [], [], {}
                 return self._stop(stop.why, None, step_no)
             except FencedError:
                 return Outcome.FENCED
@@ -172,6 +189,23 @@ class RunSession:
                 except (StateNotSerializableError, StateTooLargeError) as exc:
                     return self._fail(exc, step_no)
                 since_checkpoint, checkpoint_time = 0, time.monotonic()
+
+    def _run_step(self, agent: Agent, ctx: RunContext, state: dict):
+        """A step whose replay was halted (non-determinism, in doubt) ends with that error,
+        even when the agent's `except Exception` caught it."""
+        try:
+            result = agent.step(ctx, state)
+        except Exception:
+            if self.halted is None:
+                raise
+        if self.halted is not None:
+            raise self.halted
+        return result
+
+    def halt(self, exc: DurableError) -> DurableError:
+        """Replay cannot go on: every later effect of this session raises `exc` too."""
+        self.halted = exc
+        return exc
 
     def _on_resume(self, agent: Agent, state: dict, step_no: int) -> dict:
         # Resume effects sit at step -epoch: fresh on every resume, never replayed.
@@ -281,15 +315,16 @@ class RunSession:
         durable depends on them, so losing them in a crash is harmless."""
         self._buffer.append(record)
 
-    def emit(self, kind: str, data: dict) -> None:
+    def emit(self, kind: str, data: dict, *, live: bool = False) -> None:
         # Replaying a position that is logged means this event was already written
         # with that position's commit: writing it again would duplicate it for viewers.
-        if self._replay:
+        # (on_resume's context is `live`: never replayed, so always written.)
+        if self._replay and not live:
             return
         self._events.append((kind, data))
 
-    def set_progress(self, done, total, message: str) -> None:
-        if self._replay:
+    def set_progress(self, done, total, message: str, *, live: bool = False) -> None:
+        if self._replay and not live:
             return
         self._progress = {"progress_done": done, "progress_total": total,
                           "progress_message": message}
@@ -310,7 +345,11 @@ class RunSession:
             if not commit.release:
                 self.lease_expires_at = time.time() + self.config.lease_seconds
                 commit.run.setdefault("lease_expires_at", self.lease_expires_at)
-            result = self.store.commit(self.run.id, self.epoch, commit)
+            try:
+                result = self.store.commit(self.run.id, self.epoch, commit)
+            except FencedError:
+                self.fenced = True  # even if the agent swallows the error, no more effects
+                raise
             self._buffer, self._events, self._progress = [], [], {}
             self.control = result.control
             return result
@@ -355,6 +394,12 @@ class RunSession:
         if self.run.crash_step == self.run.step_no:
             return self.run.crash_count + 1
         return 1
+
+
+def _last_write(loaded: r.Loaded) -> float:
+    times = [loaded.checkpoint.created_at if loaded.checkpoint else loaded.run.created_at]
+    times += [e.finished_at or e.started_at for e in loaded.effects]
+    return max(t for t in times if t)
 
 
 def _merge_claim(loaded: r.RunRecord, claimed: r.RunRecord) -> r.RunRecord:

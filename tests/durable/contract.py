@@ -1,0 +1,979 @@
+"""The store contract: the engine's semantics (DESIGN.md, "Semantics 1-9"), on any Store.
+
+Every store runs this same suite by subclassing `StoreContract` and providing
+three fixtures:
+
+  store                 a fresh, empty Store
+  read_events(run_id)   -> [(seq, kind, data), ...] of the run, oldest first
+  read_audit(run_id)    -> [record with actor, action, reason, before, after], oldest first
+
+The tests drive the real engine (`execute_run`, `control.*`) and assert only
+through the Store protocol, `control`, and the two readers above. Agents and
+tools live in `agents_for_tests.py`; their effects on the outside world are
+observed through `WORLD`, reset before each test.
+
+A subclass whose store needs per-thread cleanup may override `in_thread`.
+Time is controlled by the `clock` fixture, which shifts `time.time()`: a store
+must compare times with the `now` it is given (claim, due_runs) or with
+`time.time()`, never with a clock of its own.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import pytest
+
+from runs.durable import (
+    AgentNotFoundError,
+    CheckpointNotFoundError,
+    FencedError,
+    InputValidationError,
+    InvalidTransitionError,
+    Outcome,
+    RunNotFoundError,
+    WorkerConfig,
+    control,
+    execute_run,
+    idempotency_key,
+)
+from runs.durable import records as r
+from runs.durable.faults import InjectedFault, faults
+from runs.durable.serde import decode_state
+
+from .agents_for_tests import ANSWER_SCHEMA, REG, REG_V2, WORLD, SimulatedCrash
+
+LEASE = 2.0
+_real_time = time.time
+
+
+class Clock:
+    """`time.time()` shifted by an offset the test moves forward."""
+
+    def __init__(self):
+        self.offset = 0.0
+
+    def time(self) -> float:
+        return _real_time() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+def worker(owner: str = "w1", **settings) -> WorkerConfig:
+    settings.setdefault("lease_seconds", LEASE)
+    settings.setdefault("slice_seconds", 30.0)
+    return WorkerConfig(owner=owner, **settings)
+
+
+def crash_at(point: str, nth: int = 1) -> None:
+    """Arm a named fault point: the worker dies the `nth` time it is reached."""
+    hits = [0]
+
+    def action():
+        hits[0] += 1
+        if hits[0] == nth:
+            faults.disarm()
+            raise SimulatedCrash(point)
+
+    faults.arm(point, action)
+
+
+def wait_until(condition, timeout: float = 5.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+class StoreContract:
+    # --- fixtures and helpers ------------------------------------------------------------
+    @pytest.fixture(autouse=True)
+    def _fresh_world(self, store, monkeypatch):
+        WORLD.reset()
+        WORLD.store = store
+        monkeypatch.setattr(faults, "directory", "")
+        faults.disarm()
+        yield
+        faults.disarm()
+        WORLD.release.set()  # never leave a worker thread blocked in a tool
+
+    @pytest.fixture
+    def clock(self, monkeypatch) -> Clock:
+        clock = Clock()
+        monkeypatch.setattr(time, "time", clock.time)
+        return clock
+
+    def in_thread(self, fn) -> Future:
+        """Run `fn` in a worker thread of its own."""
+        pool = ThreadPoolExecutor(max_workers=1)
+        future = pool.submit(fn)
+        pool.shutdown(wait=False)
+        return future
+
+    def launch(self, store, agent: str, inputs: dict | None = None, **kwargs) -> r.RunRecord:
+        return control.launch(store, agent=agent, inputs=inputs or {}, registry=REG, **kwargs)
+
+    def execute(self, store, run_id: str, config: WorkerConfig | None = None, **kwargs) -> str:
+        kwargs.setdefault("registry", REG)
+        return execute_run(store, run_id, config or worker(), **kwargs)
+
+    def crash(self, store, run_id: str, clock: Clock, config: WorkerConfig | None = None,
+              **kwargs) -> None:
+        """Execute until the planned crash kills the worker, then let its lease run out."""
+        with pytest.raises(SimulatedCrash):
+            self.execute(store, run_id, config, **kwargs)
+        assert store.load(run_id).run.lease_owner is not None, "a crash releases nothing"
+        assert run_id not in store.due_runs(time.time()), "the dead worker's lease still holds"
+        clock.advance((config.lease_seconds if config else LEASE) + 1)
+        assert run_id in store.due_runs(time.time())
+
+    @staticmethod
+    def status(store, run_id: str) -> str:
+        return store.load(run_id).run.status
+
+    @staticmethod
+    def checkpoint_steps(store, run_id: str, branch: int = 1) -> list[int]:
+        return [c.step_no for c in store.history(run_id).checkpoints if c.branch == branch]
+
+    @staticmethod
+    def logs(events) -> list[str]:
+        return [data["message"] for _, kind, data in events if kind == "log"]
+
+    @staticmethod
+    def statuses(events) -> list[str]:
+        return [data["status"] for _, kind, data in events if kind == "status"]
+
+    # --- 1. checkpoints ------------------------------------------------------------------
+    def test_multi_step_run_succeeds_with_its_output(self, store):
+        run = self.launch(store, "steps", {"n": 3})
+        assert run.status == r.QUEUED and run.agent_version == "1"
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        done = store.load(run.id).run
+        assert done.status == r.SUCCEEDED
+        assert done.output == {"values": [10, 20, 30]}
+        assert done.step_no == 3
+        assert done.lease_owner is None
+        assert WORLD.calls["bump"] == 3
+
+    def test_a_checkpoint_after_every_step_by_default(self, store):
+        run = self.launch(store, "steps", {"n": 3})
+        self.execute(store, run.id)
+        checkpoints = store.history(run.id).checkpoints
+        assert [(c.step_no, c.reason) for c in checkpoints] == [
+            (0, "start"), (1, "step"), (2, "step")]  # the last step returned Done
+        assert len({c.number for c in checkpoints}) == 3
+        for c in checkpoints:
+            assert decode_state(c.blob, c.codec)["i"] == c.step_no
+
+    def test_checkpoint_every_n_steps(self, store):
+        run = self.launch(store, "steps_every2", {"n": 5})
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert self.checkpoint_steps(store, run.id) == [0, 2, 4]
+
+    def test_checkpoint_seconds_checkpoints_by_time(self, store):
+        run = self.launch(store, "steps_timed", {"n": 5})
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        # every=1000 never fires; only the slow step 3 crossed the 0.25 s interval
+        assert self.checkpoint_steps(store, run.id) == [0, 3]
+
+    def test_resume_restores_the_latest_checkpoint_and_replays_only_since(self, store, clock,
+                                                                          read_events):
+        run = self.launch(store, "steps_every2", {"n": 5})
+        WORLD.crash_plan["after_call"] = 4
+        self.crash(store, run.id, clock)
+        assert WORLD.calls["bump"] == 4
+        loaded = store.load(run.id)
+        assert loaded.checkpoint.step_no == 2
+        assert [(e.step_no, e.status) for e in loaded.effects] == [(3, r.DONE), (4, r.DONE)]
+
+        WORLD.seen.clear()
+        assert self.execute(store, run.id, worker("w2")) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == {"values": [10, 20, 30, 40, 50]}
+        assert [a for name, a in WORLD.args if name == "bump"] == [1, 2, 3, 4, 5]
+        # steps 1-2 never ran again; 3-4 replayed from the log; 5 ran live
+        assert WORLD.seen == [("step", 3, True), ("step", 4, True), ("step", 5, False)]
+        resumed = [d for _, kind, d in read_events(run.id) if kind == "status" and
+                   "resumed_from" in d]
+        assert [(d["resumed_from"], d["after"]) for d in resumed] == [(loaded.checkpoint.number,
+                                                                       "crash")]
+
+    # --- 9. events -------------------------------------------------------------------------
+    def test_events_are_numbered_without_gaps_and_report_every_change(self, store, read_events):
+        run = self.launch(store, "steps", {"n": 3})
+        self.execute(store, run.id)
+        events = read_events(run.id)
+        assert [seq for seq, _, _ in events] == list(range(1, len(events) + 1))
+        assert store.load(run.id).run.event_seq == len(events)
+        assert self.statuses(events) == [r.QUEUED, r.RUNNING, r.SUCCEEDED]
+        kinds = {kind for _, kind, _ in events}
+        assert {"status", "effect", "checkpoint", "log", "progress", "output"} <= kinds
+        checkpoints = [d for _, kind, d in events if kind == "checkpoint"]
+        history = store.history(run.id)
+        assert [d["number"] for d in checkpoints] == [c.number for c in history.checkpoints]
+        effects = [(d["step"], d["status"]) for _, kind, d in events if kind == "effect"]
+        assert effects == [(1, r.INTENT), (1, r.DONE), (2, r.INTENT), (2, r.DONE),
+                           (3, r.INTENT), (3, r.DONE)]
+        assert self.logs(events) == [f"step {i} {w}" for i in (1, 2, 3) for w in ("begins", "ends")]
+        progress = [(d["done"], d["total"]) for _, kind, d in events if kind == "progress"]
+        assert progress == [(1, 3), (2, 3), (3, 3)]
+        assert [d["output"] for _, kind, d in events if kind == "output"] == [
+            {"values": [10, 20, 30]}]
+
+    def test_a_log_written_before_a_crash_is_not_repeated_by_the_replay(self, store, clock,
+                                                                         read_events):
+        run = self.launch(store, "steps", {"n": 2})
+        WORLD.crash_plan["after_call"] = 2
+        self.crash(store, run.id, clock)
+        assert "step 2 begins" in self.logs(read_events(run.id))
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        events = read_events(run.id)
+        assert [seq for seq, _, _ in events] == list(range(1, len(events) + 1))
+        assert self.logs(events) == ["step 1 begins", "step 1 ends", "step 2 begins",
+                                     "step 2 ends"]
+        effects = [(d["step"], d["status"]) for _, kind, d in events if kind == "effect"]
+        assert effects == [(1, r.INTENT), (1, r.DONE), (2, r.INTENT), (2, r.DONE)]
+
+    # --- 2. deterministic replay -------------------------------------------------------------
+    def test_a_crash_mid_step_replays_logged_results_without_calling_tools(self, store, clock):
+        run = self.launch(store, "nondet")
+        WORLD.crash_plan["after_first"] = 1
+        self.crash(store, run.id, clock)
+        assert WORLD.args == [("echo", "a")]
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == {"a": "a", "b": "b"}
+        assert WORLD.args == [("echo", "a"), ("echo", "b")]
+
+    def test_a_crash_at_a_fault_point_replays_the_calls_logged_before_it(self, store, clock):
+        run = self.launch(store, "keys", {"n": 3})
+        crash_at("before_effect", nth=3)  # the second call of step 2, before the tool runs
+        self.crash(store, run.id, clock)
+        assert WORLD.calls["post_record"] == 2
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == {"ids": [1, 2, 3, 4]}
+        keys = WORLD.target.keys()
+        assert len(keys) == len(set(keys)) == 4  # nothing reached the target twice
+
+    def test_now_and_random_return_the_recorded_values_on_replay(self, store, clock):
+        run = self.launch(store, "replay_values")
+        WORLD.crash_plan["after_first"] = 1
+        self.crash(store, run.id, clock)
+        clock.advance(100)
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        first, replayed = WORLD.seen
+        assert replayed == first
+        output = store.load(run.id).run.output
+        assert (output["t"], output["x"]) == first
+        assert output["t"] < time.time() - 100
+        assert 0 <= output["x"] < 1
+
+    def test_a_changed_call_on_replay_is_non_determinism(self, store, clock, read_events):
+        run = self.launch(store, "nondet")
+        WORLD.crash_plan["after_first"] = 1
+        self.crash(store, run.id, clock)
+        WORLD.flags["arg"] = "changed"
+        assert self.execute(store, run.id) == Outcome.NEEDS_ATTENTION
+        stuck = store.load(run.id).run
+        assert stuck.status == r.NEEDS_ATTENTION
+        attention = stuck.attention
+        assert attention["kind"] == "non_determinism"
+        assert attention["recorded"]["tool"] == attention["attempted"]["tool"] == "tests.echo"
+        assert attention["recorded"]["args_preview"] == "'a'"
+        assert attention["attempted"]["args_preview"] == "'changed'"
+        assert "'a'" in attention["message"] and "'changed'" in attention["message"]
+        assert attention["position"] == [1, 1, 0]
+        assert WORLD.args == [("echo", "a")]  # the changed call never reached the tool
+        assert self.statuses(read_events(run.id))[-1] == r.NEEDS_ATTENTION
+        # resuming the same code meets the same mismatch: never on
+        control.resume(store, run.id, actor="op", registry=REG)
+        assert self.execute(store, run.id) == Outcome.NEEDS_ATTENTION
+        assert WORLD.args == [("echo", "a")]
+
+    def test_an_agent_catching_exception_cannot_swallow_non_determinism(self, store, clock):
+        run = self.launch(store, "careless")
+        WORLD.crash_plan["after_call"] = 2
+        self.crash(store, run.id, clock)
+        WORLD.flags["arg"] = "changed"
+        assert self.execute(store, run.id) == Outcome.NEEDS_ATTENTION
+        assert store.load(run.id).run.attention["kind"] == "non_determinism"
+        assert WORLD.args == [("echo", "a"), ("echo", "b")]  # "c" was never called
+
+    def test_an_agent_catching_exception_cannot_swallow_an_in_doubt_effect(self, store, clock):
+        run = self.launch(store, "careless_mail")
+        crash_at("after_effect_before_log")
+        self.crash(store, run.id, clock)
+        assert self.execute(store, run.id) == Outcome.NEEDS_ATTENTION
+        assert store.load(run.id).run.attention["kind"] == "in_doubt"
+        assert (WORLD.calls["send_email"], WORLD.calls["echo"]) == (1, 0)
+
+    def test_non_determinism_can_continue_on_a_new_branch(self, store, clock):
+        run = self.launch(store, "nondet")
+        WORLD.crash_plan["after_first"] = 1
+        self.crash(store, run.id, clock)
+        WORLD.flags["arg"] = "changed"
+        self.execute(store, run.id)
+        upgraded = control.resume(store, run.id, actor="op", upgrade=True, registry=REG)
+        assert (upgraded.status, upgraded.branch) == (r.QUEUED, 2)
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == {"a": "changed", "b": "b"}
+        old = [e for e in store.history(run.id).effects if e.branch == 1 and e.step_no == 1]
+        assert old and all(e.superseded for e in old)
+
+    # --- 3. idempotency keys -------------------------------------------------------------------
+    def test_idempotency_keys_derive_from_run_branch_step_and_seq(self, store):
+        run = self.launch(store, "keys", {"n": 3})
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        expected = [idempotency_key(run.id, 1, step, seq)
+                    for step, seq in ((1, 0), (2, 0), (2, 1), (3, 0))]
+        assert WORLD.target.keys() == expected
+        calls = [e for e in store.history(run.id).effects if e.kind == r.CALL]
+        assert [e.key for e in calls] == expected
+        assert all(e.idempotent for e in calls)
+
+    def test_idempotency_keys_are_new_after_a_rollback(self, store):
+        run = self.launch(store, "keys", {"n": 3})
+        self.execute(store, run.id)
+        first = WORLD.target.keys()
+        step1 = next(c for c in store.history(run.id).checkpoints if c.step_no == 1)
+        control.rollback(store, run.id, checkpoint=step1.number, actor="op")
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        again = WORLD.target.keys()[len(first):]
+        assert again == [idempotency_key(run.id, 2, step, seq)
+                         for step, seq in ((2, 0), (2, 1), (3, 0))]
+        assert not set(again) & set(first)
+        assert store.load(run.id).run.output == {"ids": [1, 5, 6, 7]}
+
+    # --- 4. in-doubt effects -------------------------------------------------------------------
+    def test_an_in_doubt_idempotent_call_is_repeated_with_the_same_key(self, store, clock):
+        run = self.launch(store, "keys", {"n": 3})
+        crash_at("after_effect_before_log")  # the target did the work; the log never knew
+        self.crash(store, run.id, clock)
+        assert WORLD.target.keys() == [idempotency_key(run.id, 1, 1, 0)]
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        keys = WORLD.target.keys()
+        assert keys[:2] == [idempotency_key(run.id, 1, 1, 0)] * 2  # re-sent with the same key
+        assert len(WORLD.target.work) == 4  # ...and the target did that work once
+        assert store.load(run.id).run.output == {"ids": [1, 2, 3, 4]}
+
+    def _in_doubt(self, store, clock):
+        run = self.launch(store, "in_doubt")
+        crash_at("after_effect_before_log")
+        self.crash(store, run.id, clock)
+        assert WORLD.calls["send_email"] == 1
+        assert self.execute(store, run.id) == Outcome.NEEDS_ATTENTION
+        return run
+
+    def test_an_in_doubt_non_idempotent_call_needs_an_operator(self, store, clock):
+        run = self._in_doubt(store, clock)
+        stuck = store.load(run.id).run
+        assert stuck.status == r.NEEDS_ATTENTION
+        attention = stuck.attention
+        assert attention["kind"] == "in_doubt"
+        assert attention["tool"] == "tests.send_email"
+        assert attention["key"] == idempotency_key(run.id, 1, 1, 0)
+        assert (attention["step_no"], attention["seq"]) == (1, 0)
+        assert WORLD.calls["send_email"] == 1  # never silently repeated
+        before = store.load(run.id).run
+        with pytest.raises(InvalidTransitionError):
+            control.resume(store, run.id, actor="op", registry=REG)
+        assert store.load(run.id).run == before
+
+    def test_resolving_in_doubt_as_done_gives_the_step_the_result(self, store, clock):
+        run = self._in_doubt(store, clock)
+        resolved = control.resolve_effect(store, run.id, seq=0, resolution="done", actor="op",
+                                          result={"sent_to": "by hand"})
+        assert resolved.status == r.QUEUED
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output["sent"] == {"sent_to": "by hand"}
+        assert WORLD.calls["send_email"] == 1
+
+    def test_resolving_in_doubt_as_retry_calls_again_once_with_the_same_key(self, store, clock):
+        run = self._in_doubt(store, clock)
+        key = idempotency_key(run.id, 1, 1, 0)
+        control.resolve_effect(store, run.id, seq=0, resolution="retry", actor="op")
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert WORLD.calls["send_email"] == 2
+        assert store.load(run.id).run.output["sent"] == {"sent_to": "ada@example.com", "n": 2}
+        effect = next(e for e in store.history(run.id).effects if e.tool == "tests.send_email")
+        assert (effect.key, effect.status) == (key, r.DONE)
+
+    @pytest.mark.parametrize("result", [None, {"skipped": True}])
+    def test_resolving_in_doubt_as_skip_returns_the_given_result(self, store, clock, result):
+        run = self._in_doubt(store, clock)
+        control.resolve_effect(store, run.id, seq=0, resolution="skip", actor="op",
+                               result=result)
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output["sent"] == result
+        assert WORLD.calls["send_email"] == 1
+
+    # --- tool errors ---------------------------------------------------------------------------
+    def test_a_tool_is_retried_by_its_policy(self, store):
+        WORLD.flags["flaky_failures"] = 2
+        run = self.launch(store, "flaky")
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == {"value": "v"}
+        assert WORLD.calls["flaky"] == 3
+        effect = next(e for e in store.history(run.id).effects if e.tool == "tests.flaky")
+        assert (effect.status, effect.attempts) == (r.DONE, 3)
+
+    def test_a_tool_that_keeps_failing_raises_tool_failed_error_in_the_step(self, store):
+        run = self.launch(store, "broken", {"catch": True})
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == {"caught": "ValueError", "attempts": 1,
+                                                 "tool": "tests.broken"}
+        effect = next(e for e in store.history(run.id).effects if e.tool == "tests.broken")
+        assert effect.status == r.ERROR
+        assert effect.error["type"] == "ValueError" and "'x'" in effect.error["message"]
+
+    def test_a_logged_tool_error_is_replayed_not_retried(self, store, clock):
+        run = self.launch(store, "broken", {"catch": True})
+        WORLD.crash_plan["after_caught"] = 2
+        self.crash(store, run.id, clock)
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert WORLD.calls["broken"] == 1
+        assert store.load(run.id).run.output["caught"] == "ValueError"
+
+    def test_an_uncaught_tool_failure_fails_the_run_and_keeps_the_checkpoint(self, store,
+                                                                             read_events):
+        run = self.launch(store, "broken")
+        assert self.execute(store, run.id) == Outcome.FAILED
+        failed = store.load(run.id)
+        assert failed.run.status == r.FAILED
+        assert failed.run.error["type"] == "ToolFailedError"
+        assert "tests.broken" in failed.run.error["message"]
+        assert failed.run.lease_owner is None
+        assert failed.checkpoint.step_no == 1 and failed.run.step_no == 1
+        assert self.statuses(read_events(run.id))[-1] == r.FAILED
+
+    def test_resuming_a_failed_run_retries_it(self, store):
+        run = self.launch(store, "broken")
+        assert self.execute(store, run.id) == Outcome.FAILED
+        WORLD.flags["broken"] = False
+        assert control.resume(store, run.id, actor="op", registry=REG).status == r.QUEUED
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == {"value": "x"}
+        assert WORLD.calls["broken"] == 2
+        assert WORLD.args.count(("echo", "before broken")) == 1  # replayed, not repeated
+        assert store.load(run.id).run.error is None
+
+    # --- serialisation and failures outside a step ------------------------------------------------
+    @pytest.mark.parametrize("mode,error_type", [("missing_input", "KeyError"),
+                                                 ("unserialisable", "StateNotSerializableError")])
+    def test_an_agent_whose_start_fails_fails_the_run(self, store, mode, error_type):
+        run = self.launch(store, "bad_start", {"mode": mode})
+        assert self.execute(store, run.id) == Outcome.FAILED
+        failed = store.load(run.id)
+        assert (failed.run.status, failed.run.lease_owner) == (r.FAILED, None)
+        assert failed.run.error["type"] == error_type
+        assert failed.checkpoint is None
+        assert run.id not in store.due_runs(time.time() + 3600)
+
+    @pytest.mark.parametrize("kind,type_name", [("set", "set"), ("datetime", "datetime")])
+    def test_an_unserialisable_state_fails_the_run_naming_the_key(self, store, kind, type_name):
+        run = self.launch(store, "bad_state", {"kind": kind})
+        assert self.execute(store, run.id) == Outcome.FAILED
+        failed = store.load(run.id)
+        assert failed.run.error["type"] == "StateNotSerializableError"
+        assert failed.run.error["path"] == "data.items[0].tags"
+        assert "data.items[0].tags" in failed.run.error["message"]
+        assert type_name in failed.run.error["message"]
+        assert failed.checkpoint.step_no == 1
+        assert decode_state(failed.checkpoint.blob, failed.checkpoint.codec)["i"] == 1
+        assert self.checkpoint_steps(store, run.id) == [0, 1]
+
+    # --- 7. pause and cancel ---------------------------------------------------------------------
+    def _start_slow(self, store):
+        run = self.launch(store, "slow_steps")
+        future = self.in_thread(lambda: self.execute(store, run.id))
+        assert WORLD.started.wait(5), "the slow tool never started"
+        return run, future
+
+    def test_pause_while_a_tool_runs_takes_effect_at_the_next_effect_boundary(self, store):
+        run, future = self._start_slow(store)
+        control.pause(store, run.id, actor="op", reason="lunch")
+        requested = store.load(run.id).run
+        assert (requested.status, requested.control) == (r.RUNNING, r.PAUSE)
+        WORLD.release.set()
+        assert future.result(timeout=5) == Outcome.PAUSED
+        paused = store.load(run.id).run
+        assert (paused.status, paused.control, paused.lease_owner) == (r.PAUSED, None, None)
+        assert WORLD.calls["echo"] == 0  # stopped before the next call
+        assert self.execute(store, run.id) == Outcome.NOT_CLAIMED
+        control.resume(store, run.id, actor="op", registry=REG)
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == [1, 2, 3]
+        assert (WORLD.calls["slow_echo"], WORLD.calls["echo"]) == (1, 3)
+        # the same output as a run that was never interrupted
+        plain = self.launch(store, "slow_steps")
+        assert self.execute(store, plain.id) == Outcome.SUCCEEDED
+        assert store.load(plain.id).run.output == store.load(run.id).run.output
+
+    def test_a_tool_can_pause_its_own_run(self, store, read_events):
+        run = self.launch(store, "self_pauser")
+        assert self.execute(store, run.id) == Outcome.PAUSED
+        assert WORLD.calls["echo"] == 0
+        control.resume(store, run.id, actor="op", registry=REG)
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == {"second": "second"}
+        assert WORLD.calls["pause_me"] == 1
+        events = read_events(run.id)
+        assert [seq for seq, _, _ in events] == list(range(1, len(events) + 1))
+        assert self.logs(events) == ["between the calls"]  # once, though the step ran twice
+        assert [d["message"] for _, k, d in events if k == "progress"] == ["half way"]
+
+    def test_cancel_while_a_tool_runs_takes_effect_at_the_next_effect_boundary(self, store):
+        run, future = self._start_slow(store)
+        control.cancel(store, run.id, actor="op")
+        WORLD.release.set()
+        assert future.result(timeout=5) == Outcome.CANCELLED
+        cancelled = store.load(run.id).run
+        assert (cancelled.status, cancelled.lease_owner) == (r.CANCELLED, None)
+        assert WORLD.calls["echo"] == 0
+        with pytest.raises(InvalidTransitionError):
+            control.resume(store, run.id, actor="op", registry=REG)
+        assert self.execute(store, run.id) == Outcome.NOT_CLAIMED
+
+    def test_pausing_a_queued_run_keeps_it_from_workers_until_resumed(self, store):
+        run = self.launch(store, "steps", {"n": 2})
+        assert control.pause(store, run.id, actor="op").status == r.PAUSED
+        assert run.id not in store.due_runs(time.time())
+        assert self.execute(store, run.id) == Outcome.NOT_CLAIMED
+        control.resume(store, run.id, actor="op", registry=REG)
+        assert run.id in store.due_runs(time.time())
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == {"values": [10, 20]}
+
+    def test_cancelling_a_queued_run(self, store, read_events):
+        run = self.launch(store, "steps", {"n": 2})
+        assert control.cancel(store, run.id, actor="op").status == r.CANCELLED
+        assert self.execute(store, run.id) == Outcome.NOT_CLAIMED
+        assert WORLD.calls["bump"] == 0
+        assert self.statuses(read_events(run.id)) == [r.QUEUED, r.CANCELLED]
+
+    # --- rollback and edits -------------------------------------------------------------------
+    def test_rollback_forks_a_new_branch_and_supersedes_later_effects(self, store, read_events):
+        run = self.launch(store, "keys", {"n": 3})
+        self.execute(store, run.id)
+        step1 = next(c for c in store.history(run.id).checkpoints if c.step_no == 1)
+        rolled = control.rollback(store, run.id, checkpoint=step1.number, actor="op",
+                                  reason="bad data")
+        assert (rolled.status, rolled.branch, rolled.step_no) == (r.QUEUED, 2, 1)
+        assert rolled.output is None
+        old = [e for e in store.history(run.id).effects if e.branch == 1]
+        assert [(e.step_no, e.superseded) for e in old] == [
+            (1, False), (2, True), (2, True), (3, True)]
+        assert store.load(run.id).checkpoint.branch == 2
+        assert store.load(run.id).effects == []  # nothing of the old branch is replayed
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert WORLD.calls["post_record"] == 4 + 3
+        assert self.checkpoint_steps(store, run.id, branch=2) == [1, 2]
+        assert "rollback" in {kind for _, kind, _ in read_events(run.id)}
+
+    def test_rollback_preview_lists_the_effects_it_undoes(self, store):
+        run = self.launch(store, "idem_first")
+        self.execute(store, run.id)
+        start = store.history(run.id).checkpoints[0]
+        preview = control.rollback_preview(store, run.id, checkpoint=start.number)
+        assert preview["checkpoint"] == start.number and preview["step"] == 0
+        assert [e["tool"] for e in preview["effects"]] == ["tests.post_record", "tests.echo"]
+        assert [e["tool"] for e in preview["idempotent"]] == ["tests.post_record"]
+        assert [e["tool"] for e in preview["not_idempotent"]] == ["tests.echo"]
+        assert preview["steps_undone"] == 1
+        assert preview["not_idempotent"][0]["key"] == idempotency_key(run.id, 1, 1, 1)
+        with pytest.raises(CheckpointNotFoundError):
+            control.rollback_preview(store, run.id, checkpoint=999)
+
+    def _yield_after_one_step(self, store, agent="resumable"):
+        run = self.launch(store, agent)
+        assert self.execute(store, run.id, worker(slice_seconds=0)) == Outcome.YIELDED
+        return run
+
+    def test_edit_state_forks_a_paused_branch_that_resume_uses(self, store):
+        run = self._yield_after_one_step(store)
+        control.pause(store, run.id, actor="op")
+        edited = {"i": 2, "resumed": 0, "out": ["edited"]}
+        after = control.edit_state(store, run.id, state=edited, actor="op", reason="fix")
+        assert (after.status, after.branch, after.step_no) == (r.PAUSED, 2, 1)
+        latest = store.load(run.id).checkpoint
+        assert (latest.branch, latest.reason) == (2, "edit")
+        assert decode_state(latest.blob, latest.codec) == edited
+        control.resume(store, run.id, actor="op", registry=REG)
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == {"out": ["edited", "v1:3", "v1:4"],
+                                                 "resumed": 1}
+
+    # --- sleep and input ----------------------------------------------------------------------
+    def test_a_long_sleep_frees_the_worker_until_its_timer_is_due(self, store, clock):
+        run = self.launch(store, "sleeper", {"seconds": 30})
+        started = time.time()
+        assert self.execute(store, run.id) == Outcome.WAITING
+        waiting = store.load(run.id).run
+        assert (waiting.status, waiting.lease_owner) == (r.WAITING, None)
+        assert started + 29 < waiting.wake_at < time.time() + 31
+        assert waiting.attention["kind"] == "sleep"
+        assert run.id not in store.due_runs(time.time())
+        assert run.id in store.due_runs(waiting.wake_at + 0.01)
+        assert self.execute(store, run.id) == Outcome.NOT_CLAIMED
+        clock.advance(31)
+        assert run.id in store.due_runs(time.time())
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == {"before": "before sleep", "after": "after sleep"}
+        assert WORLD.args == [("echo", "before sleep"), ("echo", "after sleep")]
+
+    def test_a_short_sleep_blocks_inline(self, store):
+        run = self.launch(store, "sleeper", {"seconds": 0.3})
+        started = time.monotonic()
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert time.monotonic() - started >= 0.25
+        assert WORLD.calls["echo"] == 2
+
+    def test_wait_for_input_validates_the_answer_and_continues_with_it(self, store, read_events):
+        run = self.launch(store, "asker")
+        assert self.execute(store, run.id) == Outcome.WAITING
+        waiting = store.load(run.id).run
+        assert waiting.status == r.WAITING and waiting.wake_at is None
+        assert waiting.attention["kind"] == "input"
+        assert waiting.attention["prompt"] == "Which colour?"
+        assert waiting.attention["schema"] == ANSWER_SCHEMA
+        asked = [d for _, kind, d in read_events(run.id) if kind == "input_requested"]
+        assert [d["prompt"] for d in asked] == ["Which colour?"]
+        assert run.id not in store.due_runs(time.time() + 10 ** 6)
+
+        count = len(read_events(run.id))
+        with pytest.raises(InputValidationError):
+            control.provide_input(store, run.id, value={"colour": "green"}, actor="ada")
+        assert store.load(run.id).run == waiting
+        assert len(read_events(run.id)) == count
+
+        answered = control.provide_input(store, run.id, value={"colour": "red"}, actor="ada")
+        assert answered.status == r.QUEUED
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == {"answer": {"colour": "red"},
+                                                 "after": "after answer"}
+        assert WORLD.args == [("echo", "before asking"), ("echo", "after answer")]
+        with pytest.raises(InvalidTransitionError):
+            control.provide_input(store, run.id, value={"colour": "blue"}, actor="ada")
+
+    # --- 5. one owner at a time ------------------------------------------------------------
+    def test_an_old_epoch_can_neither_commit_nor_renew(self, store, read_events):
+        run = self.launch(store, "steps")
+        now = time.time()
+        first = store.claim(run.id, "w1", 5, now)
+        assert first is not None and first.crashed is False
+        assert store.claim(run.id, "w2", 5, now + 1) is None  # the lease is live
+        second = store.claim(run.id, "w2", 5, now + 6)
+        assert second is not None and second.crashed is True
+        assert second.run.epoch == first.run.epoch + 1
+        assert second.run.lease_owner == "w2"
+
+        before, events = store.load(run.id).run, read_events(run.id)
+        stale = r.Commit(run={"status": r.SUCCEEDED, "output": "zombie"},
+                         events=[("log", {"message": "zombie"})], release=True)
+        with pytest.raises(FencedError):
+            store.commit(run.id, first.run.epoch, stale)
+        with pytest.raises(FencedError):
+            store.renew(run.id, first.run.epoch, now + 100)
+        assert store.load(run.id).run == before
+        assert read_events(run.id) == events
+        store.renew(run.id, second.run.epoch, now + 100)
+        assert store.load(run.id).run.lease_expires_at == now + 100
+
+    def _zombie(self, store, clock, agent):
+        """A worker stalls in a slow call past its lease; another worker finishes the run.
+
+        Returns the run and the stalled worker's future; the test releases its call."""
+        run = self.launch(store, agent)
+
+        def renewal_fails():
+            if threading.current_thread().name.startswith("lease-"):
+                raise InjectedFault("the database is unreachable from this worker")
+
+        zombie = self.in_thread(lambda: self.execute(store, run.id, worker("zombie",
+                                                                           lease_seconds=1)))
+        assert WORLD.started.wait(5)
+        faults.arm("lease_renewal", renewal_fails)
+        clock.advance(5)
+        wait_until(lambda: run.id in store.due_runs(time.time()), what="the lease to expire")
+        assert self.execute(store, run.id, worker("w2", lease_seconds=60)) == Outcome.SUCCEEDED
+        return run, zombie
+
+    def test_a_zombie_worker_that_lost_its_lease_cannot_write(self, store, clock, read_events):
+        run, zombie = self._zombie(store, clock, "slow")
+        finished, events, history = (store.load(run.id).run, read_events(run.id),
+                                     store.history(run.id))
+        WORLD.release.set()  # the zombie's tool call returns; it tries to log it
+        assert zombie.result(timeout=5) == Outcome.FENCED
+        assert store.load(run.id).run == finished
+        assert read_events(run.id) == events
+        assert store.history(run.id).effects == history.effects
+        key = idempotency_key(run.id, 1, 1, 0)
+        assert WORLD.target.keys().count(key) == 2 and len(WORLD.target.work) == 1
+        assert WORLD.calls["echo"] == 1  # the zombie never reached its next call
+
+    def test_a_zombie_that_swallows_its_fenced_error_calls_no_more_tools(self, store, clock,
+                                                                        read_events):
+        run, zombie = self._zombie(store, clock, "careless_slow")
+        finished, events = store.load(run.id).run, read_events(run.id)
+        WORLD.release.set()
+        assert zombie.result(timeout=5) == Outcome.FENCED
+        assert WORLD.calls["post_record"] == 1  # only the live worker's
+        assert store.load(run.id).run == finished
+        assert read_events(run.id) == events
+
+    def test_a_run_that_keeps_crashing_in_one_step_needs_attention(self, store, clock):
+        run = self.launch(store, "crasher")
+        for _ in range(3):
+            self.crash(store, run.id, clock)
+        assert self.execute(store, run.id) == Outcome.NEEDS_ATTENTION
+        stuck = store.load(run.id).run
+        assert stuck.attention["kind"] == "crash_loop"
+        assert stuck.lease_owner is None
+        assert WORLD.calls["crash_tool"] == 3
+
+    # --- 8. versions and on_resume ---------------------------------------------------------------
+    def test_a_changed_agent_version_needs_attention_and_can_be_upgraded(self, store):
+        run = self._yield_after_one_step(store)
+        assert self.execute(store, run.id, registry=REG_V2) == Outcome.NEEDS_ATTENTION
+        stuck = store.load(run.id).run
+        assert stuck.attention["kind"] == "version_drift"
+        assert stuck.attention["message"] == "code changed: 1 → 2"
+        assert WORLD.args == [("echo", "v1:1")]
+        with pytest.raises(InvalidTransitionError):
+            control.resume(store, run.id, actor="op", registry=REG_V2)
+        upgraded = control.resume(store, run.id, actor="op", upgrade=True, registry=REG_V2)
+        assert (upgraded.status, upgraded.branch, upgraded.agent_version) == (r.QUEUED, 2, "2")
+        assert self.execute(store, run.id, registry=REG_V2) == Outcome.SUCCEEDED
+        output = store.load(run.id).run.output
+        assert output["out"] == ["v1:1", "v2:2", "v2:3", "v2:4"]
+
+    def test_a_run_that_never_started_can_be_upgraded(self, store):
+        run = self.launch(store, "resumable")
+        assert self.execute(store, run.id, registry=REG_V2) == Outcome.NEEDS_ATTENTION
+        assert store.load(run.id).run.attention["kind"] == "version_drift"
+        upgraded = control.resume(store, run.id, actor="op", upgrade=True, registry=REG_V2)
+        assert (upgraded.status, upgraded.agent_version) == (r.QUEUED, "2")
+        assert self.execute(store, run.id, registry=REG_V2) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output["out"] == ["v2:1", "v2:2", "v2:3", "v2:4"]
+
+    def test_on_resume_is_not_called_after_a_time_slice(self, store):
+        run = self.launch(store, "resumable")
+        outcomes = [self.execute(store, run.id, worker(slice_seconds=0)) for _ in range(4)]
+        assert outcomes == [Outcome.YIELDED] * 3 + [Outcome.SUCCEEDED]
+        assert WORLD.resumes == []
+        assert store.load(run.id).run.output["resumed"] == 0
+
+    def test_on_resume_is_called_after_a_crash_with_the_time_away(self, store, clock,
+                                                                   read_events):
+        run = self.launch(store, "resumable")
+        WORLD.crash_plan["after_echo"] = 2
+        self.crash(store, run.id, clock)  # the clock moves on by the lease and a second
+        clock.advance(10)
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        [resume] = WORLD.resumes
+        assert 10 <= resume["suspended_for"] < 20
+        assert resume["i"] == 0  # checkpoint_every=10: the start checkpoint
+        assert store.load(run.id).run.output == {"out": ["v1:1", "v1:2", "v1:3", "v1:4"],
+                                                 "resumed": 1}
+        # on_resume is live, not replayed: its log is written though steps 1-2 replay
+        assert [m for m in self.logs(read_events(run.id)) if m.startswith("back")] == [
+            f"back after {resume['suspended_for']:.0f} s"]
+
+    def test_an_on_resume_that_raises_fails_the_run(self, store, clock):
+        run = self.launch(store, "resumable")
+        WORLD.crash_plan["after_echo"] = 2
+        self.crash(store, run.id, clock)
+        WORLD.flags["on_resume_fails"] = True
+        assert self.execute(store, run.id) == Outcome.FAILED
+        failed = store.load(run.id).run
+        assert (failed.status, failed.lease_owner) == (r.FAILED, None)
+        assert failed.error["type"] == "RuntimeError"
+        assert "outside world" in failed.error["message"]
+
+    def test_on_resume_is_called_after_a_pause_with_the_time_away(self, store, clock):
+        run = self.launch(store, "resumable")
+        WORLD.flags["pause_in_step_2"] = True
+        assert self.execute(store, run.id) == Outcome.PAUSED
+        assert WORLD.resumes == []
+        paused = store.load(run.id)
+        assert (paused.checkpoint.step_no, paused.checkpoint.reason) == (2, "pause")
+        clock.advance(60)
+        control.resume(store, run.id, actor="op", registry=REG)
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        [resume] = WORLD.resumes
+        assert 60 <= resume["suspended_for"] < 70
+        assert resume["i"] == 2
+        output = store.load(run.id).run.output
+        assert output == {"out": ["v1:1", "v1:2", "v1:3", "v1:4"], "resumed": 1}
+
+    # --- 6. fair sharing and shutdown ---------------------------------------------------------------
+    def test_a_time_slice_yields_with_a_checkpoint_and_runs_continue(self, store):
+        run = self.launch(store, "steps_every10", {"n": 3})
+        assert self.execute(store, run.id, worker(slice_seconds=0)) == Outcome.YIELDED
+        yielded = store.load(run.id)
+        assert (yielded.run.status, yielded.run.lease_owner) == (r.QUEUED, None)
+        assert (yielded.checkpoint.step_no, yielded.checkpoint.reason) == (1, "slice")
+        assert run.id in store.due_runs(time.time())
+        outcomes = [self.execute(store, run.id, worker(slice_seconds=0)) for _ in range(2)]
+        assert outcomes == [Outcome.YIELDED, Outcome.SUCCEEDED]
+        assert store.load(run.id).run.output == {"values": [10, 20, 30]}
+        assert WORLD.calls["bump"] == 3
+
+    def test_shutdown_hands_the_run_off_at_once(self, store):
+        run = self.launch(store, "stopper")
+        outcome = self.execute(store, run.id, worker(lease_seconds=60),
+                               stop_event=WORLD.stop_event)
+        assert outcome == Outcome.HANDED_OFF
+        handed = store.load(run.id).run
+        assert (handed.status, handed.lease_owner) == (r.QUEUED, None)
+        assert run.id in store.due_runs(time.time())  # no waiting for the 60 s lease
+        assert self.execute(store, run.id, worker("w2")) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == {"first": "shutdown requested",
+                                                 "second": "second"}
+        assert (WORLD.calls["request_shutdown"], WORLD.calls["echo"]) == (1, 1)
+
+    # --- bad input and wrong statuses ------------------------------------------------------------
+    def test_launching_an_unknown_agent_creates_nothing(self, store):
+        with pytest.raises(AgentNotFoundError):
+            self.launch(store, "no_such_agent")
+        assert store.due_runs(time.time()) == []
+
+    @pytest.mark.parametrize("inputs,field", [
+        ({"name": ""}, "name"), ({"times": 3}, ""), ({"name": "x", "times": "2"}, "times")])
+    def test_launching_with_inputs_failing_the_schema_creates_nothing(self, store, inputs, field):
+        with pytest.raises(InputValidationError) as caught:
+            self.launch(store, "schema", inputs)
+        assert caught.value.field == field
+        assert store.due_runs(time.time()) == []
+
+    @pytest.mark.parametrize("inputs", [["a"], "name=x", 3])
+    def test_launching_with_inputs_that_are_not_an_object_creates_nothing(self, store, inputs):
+        with pytest.raises(InputValidationError):
+            control.launch(store, agent="schema", inputs=inputs, registry=REG)
+        assert store.due_runs(time.time()) == []
+
+    def test_launch_applies_schema_defaults(self, store):
+        run = self.launch(store, "schema", {"name": "Ada"}, owner="ada")
+        assert run.inputs == {"name": "Ada", "times": 2}
+        assert store.load(run.id).run.owner == "ada"
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == {"names": ["Ada", "Ada"]}
+
+    def test_an_unknown_run_id_is_reported(self, store):
+        with pytest.raises(RunNotFoundError):
+            store.load("missing")
+        with pytest.raises(RunNotFoundError):
+            store.history("missing")
+        for action in (control.pause, control.cancel):
+            with pytest.raises(RunNotFoundError):
+                action(store, "missing", actor="op")
+        with pytest.raises(RunNotFoundError):
+            control.resume(store, "missing", actor="op", registry=REG)
+        with pytest.raises(RunNotFoundError):
+            control.rollback(store, "missing", checkpoint=1, actor="op")
+        with pytest.raises(RunNotFoundError):
+            control.rollback_preview(store, "missing", checkpoint=1)
+        assert self.execute(store, "missing") == Outcome.NOT_CLAIMED
+
+    def test_operator_actions_on_wrong_statuses_change_nothing(self, store, read_events,
+                                                               read_audit):
+        done = self.launch(store, "steps", {"n": 1})
+        self.execute(store, done.id)
+        refused = [
+            lambda: control.pause(store, done.id, actor="op"),
+            lambda: control.cancel(store, done.id, actor="op"),
+            lambda: control.resume(store, done.id, actor="op", registry=REG),
+            lambda: control.resume(store, done.id, actor="op", upgrade=True, registry=REG),
+            lambda: control.resolve_effect(store, done.id, seq=0, resolution="done",
+                                           actor="op"),
+            lambda: control.provide_input(store, done.id, value=1, actor="op"),
+        ]
+        self._assert_refused(store, done.id, refused, InvalidTransitionError, read_events,
+                             read_audit)
+        self._assert_refused(store, done.id, [
+            lambda: control.rollback(store, done.id, checkpoint=999, actor="op")],
+            CheckpointNotFoundError, read_events, read_audit)
+        self._assert_refused(store, done.id, [
+            lambda: control.resolve_effect(store, done.id, seq=0, resolution="maybe",
+                                           actor="op"),
+            lambda: control.edit_state(store, done.id, state=["not", "a", "dict"], actor="op")],
+            InputValidationError, read_events, read_audit)
+
+        queued = self.launch(store, "steps", {"n": 1})
+        self._assert_refused(store, queued.id, [
+            lambda: control.resume(store, queued.id, actor="op", registry=REG),
+            lambda: control.edit_state(store, queued.id, state={}, actor="op")],  # no checkpoint
+            InvalidTransitionError, read_events, read_audit)
+        store.claim(queued.id, "w1", 60, time.time())  # a worker holds it
+        self._assert_refused(store, queued.id, [
+            lambda: control.edit_state(store, queued.id, state={"i": 0}, actor="op")],
+            InvalidTransitionError, read_events, read_audit)
+
+    @staticmethod
+    def _assert_refused(store, run_id, actions, error, read_events, read_audit):
+        for action in actions:
+            run, events, audit = (store.load(run_id).run, read_events(run_id),
+                                  read_audit(run_id))
+            with pytest.raises(error):
+                action()
+            assert store.load(run_id).run == run
+            assert read_events(run_id) == events
+            assert len(read_audit(run_id)) == len(audit)
+
+    def test_every_operator_action_writes_one_audit_record(self, store, read_audit, read_events):
+        run = self._yield_after_one_step(store)
+        first = store.history(run.id).checkpoints[0]
+        actions = [
+            ("pause", lambda: control.pause(store, run.id, actor="ann", reason="r1"),
+             r.QUEUED, r.PAUSED),
+            ("edit_state", lambda: control.edit_state(
+                store, run.id, state={"i": 1, "resumed": 0, "out": ["e"]}, actor="bob",
+                reason="r2"), r.PAUSED, r.PAUSED),
+            ("resume", lambda: control.resume(store, run.id, actor="cy", reason="r3",
+                                              registry=REG), r.PAUSED, r.QUEUED),
+            ("rollback", lambda: control.rollback(store, run.id, checkpoint=first.number,
+                                                  actor="dee", reason="r4"), r.QUEUED, r.QUEUED),
+            ("cancel", lambda: control.cancel(store, run.id, actor="eve", reason="r5"),
+             r.QUEUED, r.CANCELLED),
+        ]
+        for number, (action, act, before, after) in enumerate(actions, start=1):
+            act()
+            audit = read_audit(run.id)
+            assert len(audit) == number
+            entry = audit[-1]
+            assert entry.action == action
+            assert entry.actor == ["ann", "bob", "cy", "dee", "eve"][number - 1]
+            assert entry.reason == f"r{number}"
+            assert (entry.before["status"], entry.after["status"]) == (before, after)
+        audited = [d["action"] for _, kind, d in read_events(run.id) if kind == "audit"]
+        assert audited == [a[0] for a in actions]
+        branches = [(e.before["branch"], e.after["branch"]) for e in read_audit(run.id)]
+        assert branches == [(1, 1), (1, 2), (2, 2), (2, 3), (3, 3)]
+
+    def test_answering_and_resolving_are_audited(self, store, clock, read_audit):
+        asking = self.launch(store, "asker")
+        self.execute(store, asking.id)
+        control.provide_input(store, asking.id, value={"colour": "blue"}, actor="ada")
+        [entry] = read_audit(asking.id)
+        assert (entry.actor, entry.before["status"], entry.after["status"]) == (
+            "ada", r.WAITING, r.QUEUED)
+        doubtful = self._in_doubt(store, clock)
+        control.resolve_effect(store, doubtful.id, seq=0, resolution="skip", actor="op",
+                               reason="checked the mailbox")
+        [entry] = read_audit(doubtful.id)
+        assert (entry.action, entry.actor, entry.reason) == ("resolve", "op",
+                                                             "checked the mailbox")
+        assert (entry.before["status"], entry.after["status"]) == (r.NEEDS_ATTENTION, r.QUEUED)
+        assert entry.after["resolution"] == "skip"
+
+    # --- the function form -------------------------------------------------------------------
+    def test_the_function_form_agent_runs_as_one_step(self, store):
+        run = self.launch(store, "hello", {"name": "Ada"})
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        done = store.load(run.id).run
+        assert done.output == {"greeting": "hello, Ada"}
+        assert done.step_no == 1
+        assert WORLD.args == [("greet", "Ada")]
+        assert self.checkpoint_steps(store, run.id) == [0]

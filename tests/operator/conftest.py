@@ -1,0 +1,78 @@
+"""Operator-test helpers: an operator's client, runs launched and executed in-process."""
+
+from __future__ import annotations
+
+import pytest
+
+from runs import services
+from runs.durable import Outcome, WorkerConfig, execute_run
+from runs.durable.faults import faults
+from runs.models import Run
+from tests.operator import agents
+
+
+@pytest.fixture(autouse=True)
+def _fresh_outside_world():
+    agents.reset()
+    yield
+    faults.disarm()
+
+
+@pytest.fixture
+def ops(client, users):
+    """A test client logged in as charlie, the operator."""
+    client.force_login(users["charlie"])
+    return client
+
+
+def launch(user, agent: str = "ledger", **inputs) -> Run:
+    inputs.setdefault("delay", 0) if agent == "ledger" else None
+    return services.run_launch(user=user, agent=agent, inputs=inputs)
+
+
+def config(owner: str = "testhost:4242:tok") -> WorkerConfig:
+    # A lease far longer than any test: the renewal thread never writes.
+    return WorkerConfig(owner=owner, lease_seconds=1000, slice_seconds=1e9)
+
+
+def drive(run_id: str, owner: str = "testhost:4242:tok") -> str:
+    """Execute the run in this process until it stops (ends, pauses, waits, ...)."""
+    outcome = Outcome.YIELDED
+    while outcome == Outcome.YIELDED:
+        outcome = execute_run(services.store(), run_id, config(owner))
+    return outcome
+
+
+class SimulatedCrash(BaseException):
+    """The worker dies here: nothing after it runs and the lease is never released."""
+
+
+def crash_after_charge(run_id: str, charges: int) -> None:
+    """Run until the `charges`-th charge has happened but is not logged, then 'die'."""
+    target = agents.CALLS["charge"] + charges
+
+    def action():
+        if agents.CALLS["charge"] >= target:
+            faults.disarm()
+            raise SimulatedCrash()
+
+    faults.arm("after_effect_before_log", action)
+    try:
+        drive(run_id)
+    except SimulatedCrash:
+        pass
+    else:  # pragma: no cover - the test's premise failed
+        raise AssertionError("the run finished without reaching the fault point")
+    from django.utils import timezone
+
+    Run.objects.filter(pk=run_id).update(lease_expires_at=timezone.now())  # the lease runs out
+
+
+def in_doubt_run(user, charges: int = 2) -> Run:
+    """A run in needs_attention with its `charges`-th charge in doubt."""
+    run = launch(user, steps=4)
+    crash_after_charge(run.pk, charges)
+    assert drive(run.pk, owner="testhost:4343:new") == Outcome.NEEDS_ATTENTION
+    run.refresh_from_db()
+    assert run.attention["kind"] == "in_doubt", run.attention
+    return run

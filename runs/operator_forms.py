@@ -93,6 +93,10 @@ class JSONField(forms.CharField):
             raise forms.ValidationError("The state must be a JSON object ({...}).")
         return parsed
 
+    def validate(self, value):
+        if value is None and self.required:  # {} and [] are values, not "empty"
+            raise forms.ValidationError(self.error_messages["required"], code="required")
+
     def prepare_value(self, value):
         if isinstance(value, str):
             return value

@@ -21,6 +21,7 @@ _lock = threading.Lock()
 def reset():
     with _lock:
         CALLS.clear()
+        FLAKY["fail"] = True
         LEDGER.clear()
 
 
@@ -68,3 +69,21 @@ class Ledger(Agent):
         if state["i"] >= state["n"]:
             return Done({"entries": state["n"], "total": state["total"]})
         return state
+
+
+FLAKY = {"fail": True}
+
+
+@agent("flaky", version="1")
+class Flaky(Agent):
+    """Fails in its second step while FLAKY["fail"] is set (in-process tests)."""
+
+    def start(self, inputs):
+        return {"i": 0}
+
+    def step(self, ctx, state):
+        ctx.call(write_entry, f"flaky-{state['i']}", state["i"], 0)
+        if state["i"] == 1 and FLAKY["fail"]:
+            raise RuntimeError("the downstream API said no")
+        state["i"] += 1
+        return Done({"steps": state["i"]}) if state["i"] >= 3 else state

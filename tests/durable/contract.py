@@ -201,6 +201,54 @@ class StoreContract:
         assert [(d["resumed_from"], d["after"]) for d in resumed] == [(loaded.checkpoint.number,
                                                                        "crash")]
 
+    def test_a_crash_inside_the_checkpoint_transaction_leaves_no_trace(self, store, clock,
+                                                                       read_events):
+        run = self.launch(store, "steps", {"n": 2})
+        crash_at("after_checkpoint_before_event", nth=2)  # the checkpoint of step 1
+        self.crash(store, run.id, clock)
+        assert self.checkpoint_steps(store, run.id) == [0]
+        events = read_events(run.id)
+        assert [d["step"] for _, kind, d in events if kind == "checkpoint"] == [0]
+        assert [seq for seq, _, _ in events] == list(range(1, len(events) + 1))
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert WORLD.calls["bump"] == 2  # step 1's call was logged before: replayed
+        events = read_events(run.id)
+        assert [seq for seq, _, _ in events] == list(range(1, len(events) + 1))
+        assert [d["step"] for _, kind, d in events if kind == "checkpoint"] == [0, 1]
+
+    def test_a_crash_just_after_a_checkpoint_resumes_from_it(self, store, clock):
+        run = self.launch(store, "steps", {"n": 3})
+        crash_at("after_checkpoint", nth=2)  # the checkpoint of step 1 is committed
+        self.crash(store, run.id, clock)
+        assert store.load(run.id).checkpoint.step_no == 1
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert [a for name, a in WORLD.args if name == "bump"] == [1, 2, 3]
+        assert WORLD.seen == [("step", 1, False), ("step", 2, False), ("step", 3, False)]
+
+    def test_a_crash_while_handing_back_a_slice_loses_nothing(self, store, clock):
+        run = self.launch(store, "steps_every10", {"n": 2})
+        crash_at("before_release")
+        self.crash(store, run.id, clock, worker(slice_seconds=0))
+        assert store.load(run.id).checkpoint.reason == "slice"  # written before the release
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == {"values": [10, 20]}
+        assert WORLD.calls["bump"] == 2
+
+    def test_only_one_of_two_racing_claims_wins(self, store):
+        run = self.launch(store, "steps")
+        barrier = threading.Barrier(2)
+
+        def claim(owner):
+            barrier.wait(5)
+            return store.claim(run.id, owner, 30, time.time())
+
+        claims = [self.in_thread(lambda owner=owner: claim(owner)) for owner in ("w1", "w2")]
+        results = [c.result(timeout=10) for c in claims]
+        winners = [c for c in results if c is not None]
+        assert len(winners) == 1
+        assert store.load(run.id).run.lease_owner == winners[0].run.lease_owner
+        assert store.load(run.id).run.epoch == winners[0].run.epoch
+
     # --- 9. events -------------------------------------------------------------------------
     def test_events_are_numbered_without_gaps_and_report_every_change(self, store, read_events):
         run = self.launch(store, "steps", {"n": 3})
@@ -536,6 +584,40 @@ class StoreContract:
             control.resume(store, run.id, actor="op", registry=REG)
         assert self.execute(store, run.id) == Outcome.NOT_CLAIMED
 
+    def test_resuming_before_a_pause_took_effect_withdraws_it(self, store):
+        run, future = self._start_slow(store)
+        control.pause(store, run.id, actor="op")
+        assert control.resume(store, run.id, actor="op", registry=REG).control is None
+        WORLD.release.set()
+        assert future.result(timeout=5) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == [1, 2, 3]
+
+    def test_pausing_a_sleeping_run_keeps_its_timer(self, store, clock):
+        run = self.launch(store, "sleeper", {"seconds": 30})
+        self.execute(store, run.id)
+        wake_at = store.load(run.id).run.wake_at
+        assert control.pause(store, run.id, actor="op").status == r.PAUSED
+        clock.advance(10)
+        control.resume(store, run.id, actor="op", registry=REG)
+        assert self.execute(store, run.id) == Outcome.WAITING  # 20 s still to go
+        assert store.load(run.id).run.wake_at == pytest.approx(wake_at, abs=1e-3)
+        clock.advance(21)
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert WORLD.calls["echo"] == 2
+
+    def test_pausing_a_run_waiting_for_input_keeps_its_question(self, store):
+        run = self.launch(store, "asker")
+        self.execute(store, run.id)
+        control.pause(store, run.id, actor="op")
+        with pytest.raises(InvalidTransitionError):
+            control.provide_input(store, run.id, value={"colour": "red"}, actor="ada")
+        control.resume(store, run.id, actor="op", registry=REG)
+        assert self.execute(store, run.id) == Outcome.WAITING
+        assert store.load(run.id).run.attention["prompt"] == "Which colour?"
+        control.provide_input(store, run.id, value={"colour": "red"}, actor="ada")
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output["answer"] == {"colour": "red"}
+
     def test_pausing_a_queued_run_keeps_it_from_workers_until_resumed(self, store):
         run = self.launch(store, "steps", {"n": 2})
         assert control.pause(store, run.id, actor="op").status == r.PAUSED
@@ -679,7 +761,7 @@ class StoreContract:
         assert store.load(run.id).run == before
         assert read_events(run.id) == events
         store.renew(run.id, second.run.epoch, now + 100)
-        assert store.load(run.id).run.lease_expires_at == now + 100
+        assert store.load(run.id).run.lease_expires_at == pytest.approx(now + 100, abs=1e-3)
 
     def _zombie(self, store, clock, agent):
         """A worker stalls in a slow call past its lease; another worker finishes the run.
@@ -855,9 +937,9 @@ class StoreContract:
         assert store.due_runs(time.time()) == []
 
     def test_launch_applies_schema_defaults(self, store):
-        run = self.launch(store, "schema", {"name": "Ada"}, owner="ada")
+        run = self.launch(store, "schema", {"name": "Ada"})
         assert run.inputs == {"name": "Ada", "times": 2}
-        assert store.load(run.id).run.owner == "ada"
+        assert store.load(run.id).run.inputs == {"name": "Ada", "times": 2}
         assert self.execute(store, run.id) == Outcome.SUCCEEDED
         assert store.load(run.id).run.output == {"names": ["Ada", "Ada"]}
 

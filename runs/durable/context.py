@@ -94,6 +94,11 @@ class RunContext:
                 error.record = recorded
                 raise self._session.halt(error)
             record = recorded  # in doubt (idempotent) or an operator said retry: same key
+            if not tool.idempotent:
+                # The operator's retry is used up as it starts: if this attempt is cut
+                # short too, it is in doubt again, never repeated without an operator.
+                record.status, record.resolution, record.error = r.INTENT, "", None
+                self._session.log_effect(record)
         else:
             self._session.effect_boundary()
             record = self._new_record(position, r.CALL, tool, args, kwargs)

@@ -448,6 +448,28 @@ class StoreContract:
         effect = next(e for e in store.history(run.id).effects if e.tool == "tests.send_email")
         assert (effect.key, effect.status) == (key, r.DONE)
 
+    def test_a_retry_cut_short_by_a_crash_is_in_doubt_again(self, store, clock):
+        run = self._in_doubt(store, clock)
+        control.resolve_effect(store, run.id, seq=0, resolution="retry", actor="op")
+        crash_at("after_effect_before_log")  # the retried call ran; its outcome is lost again
+        self.crash(store, run.id, clock)
+        assert WORLD.calls["send_email"] == 2
+        assert self.execute(store, run.id) == Outcome.NEEDS_ATTENTION
+        assert store.load(run.id).run.attention["kind"] == "in_doubt"
+        assert WORLD.calls["send_email"] == 2  # the operator allowed one retry, not two
+
+    def test_a_retry_of_a_failed_call_cut_short_by_a_crash_is_in_doubt(self, store, clock):
+        run = self.launch(store, "broken")
+        assert self.execute(store, run.id) == Outcome.FAILED
+        control.resume(store, run.id, actor="op", registry=REG)
+        crash_at("after_effect_before_log", nth=1)
+        WORLD.flags["broken"] = False
+        self.crash(store, run.id, clock)
+        assert WORLD.calls["broken"] == 2
+        assert self.execute(store, run.id) == Outcome.NEEDS_ATTENTION
+        assert store.load(run.id).run.attention["tool"] == "tests.broken"
+        assert WORLD.calls["broken"] == 2
+
     @pytest.mark.parametrize("result", [None, {"skipped": True}])
     def test_resolving_in_doubt_as_skip_returns_the_given_result(self, store, clock, result):
         run = self._in_doubt(store, clock)

@@ -87,3 +87,21 @@ class Flaky(Agent):
             raise RuntimeError("the downstream API said no")
         state["i"] += 1
         return Done({"steps": state["i"]}) if state["i"] >= 3 else state
+
+
+@agent("charger", version="1", input_schema={
+    "type": "object",
+    "properties": {"steps": {"type": "integer", "minimum": 1, "default": 5},
+                   "delay": {"type": "number", "minimum": 0, "default": 0.05}},
+})
+class Charger(Agent):
+    """Only non-idempotent calls: a fault after one of them leaves it in doubt."""
+
+    def start(self, inputs):
+        return {"i": 0, "n": inputs["steps"], "delay": inputs["delay"]}
+
+    def step(self, ctx, state):
+        ctx.call(charge, f"unit-{state['i']}", state["i"], state["delay"])
+        state["i"] += 1
+        ctx.progress(state["i"], state["n"])
+        return Done({"charged": state["i"]}) if state["i"] >= state["n"] else state

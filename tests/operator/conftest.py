@@ -8,6 +8,7 @@ from runs import services
 from runs.durable import Outcome, WorkerConfig, execute_run
 from runs.durable.faults import faults
 from runs.models import Run
+from runs.operator.groups import ensure_operators_group
 from tests.operator import agents
 
 
@@ -21,6 +22,8 @@ def _fresh_outside_world():
 @pytest.fixture
 def ops(client, users):
     """A test client logged in as charlie, the operator."""
+    # A transactional test's flush empties auth_group_permissions: put it back.
+    ensure_operators_group()
     client.force_login(users["charlie"])
     return client
 

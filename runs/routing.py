@@ -1,1 +1,8 @@
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from runs import consumers
+
+websocket_urlpatterns = [
+    path("ws/runs/", consumers.RunListConsumer.as_asgi()),
+    path("ws/runs/<str:run_id>/", consumers.RunConsumer.as_asgi()),
+]

@@ -1,4 +1,19 @@
 from django.urls import path
 
+from runs import views
+
 app_name = "runs"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.run_list, name="list"),
+    path("rows/", views.run_rows, name="rows"),
+    path("launch/", views.launch, name="launch"),
+    path("launch/<str:agent>/", views.launch, name="launch"),
+    path("runs/<str:run_id>/", views.run_detail, name="detail"),
+    path("runs/<str:run_id>/panels/", views.run_panels, name="panels"),
+    path("runs/<str:run_id>/events/", views.events_older, name="events"),
+    path("runs/<str:run_id>/cancel/", views.run_cancel, name="cancel"),
+    path("runs/<str:run_id>/input/", views.run_input, name="input"),
+    path("runs/<str:run_id>/output.json", views.output_json, name="output_json"),
+    path("runs/<str:run_id>/checkpoints/<int:number>/", views.checkpoint_detail,
+         name="checkpoint"),
+]

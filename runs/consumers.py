@@ -1,0 +1,452 @@
+"""Live pages over websockets. The database is the source of truth; the channel
+layer only says "run X has something after seq N".
+
+Run page, ws/runs/<id>/ (the owner, or an operator)::
+
+    client → {"type": "hello", "after": N}     send me every event after N, then live ones
+             {"type": "resume", "after": N}    same; the client saw a gap and asks again
+             {"type": "ping"}                  answered with {"type": "pong"}
+    server → {"type": "welcome", "run": id, "after": N, "head": H}
+             {"type": "events", "events": [{"seq", "kind", "data", "at", "text"}, ...]}
+             {"type": "error", "code": ..., "error": ...}   the connection stays usable
+
+Events are sent in seq order, each exactly once per hello: a consumer keeps a cursor
+(the last seq it sent) and only ever sends what follows it.
+
+Run list, ws/runs/::
+
+    client → {"type": "watch", "runs": {id: seq, ...}, "newest": id}
+    server → {"type": "watching", "runs": [id, ...]}    the ones it follows (the user's own)
+             {"type": "runs", "runs": [summary, ...]}   rows that moved past the seq given
+             {"type": "new_runs", "newest": id}         the user launched a run elsewhere
+
+Wake-ups come two ways, and either alone is enough. With Redis, the worker's
+`notify_run` reaches the consumers of that run through the group `run.<id>`.
+Always, one `LiveHub` per process polls the heads (`Run.event_seq`) of every run
+someone here follows, once per LIVE_POLL_SECONDS and in one query, so a missed or
+impossible wake-up (no Redis: the in-memory layer does not cross processes) costs
+at most one poll interval. The hub also keeps the last events of each followed
+run, so N viewers of a run cost one query per change, not N.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import deque
+from itertools import islice
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+
+from runs import selectors
+from runs.live import RUN_LIST_GROUP, run_group
+from runs.views.present import event_message
+
+logger = logging.getLogger("agentops.live")
+
+TAIL = 1000             # events a feed keeps in memory
+BATCH = selectors.EVENT_BATCH
+MAX_FRAME = 64 * 1024   # bytes a client message may have
+MAX_ERRORS = 20         # protocol errors before the server closes the socket
+MAX_WATCH = 100         # runs one list socket may follow
+NEW_RUNS_EVERY = 1.0    # seconds between checks for runs launched elsewhere
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_NOT_FOUND = 4404
+CLOSE_PROTOCOL = 4400
+
+
+def poll_seconds() -> float:
+    return float(settings.AGENTOPS["LIVE_POLL_SECONDS"])
+
+
+# --- the per-process hub ------------------------------------------------------------------
+def _load_events(run_id: str, after: int, upto: int | None = None,
+                 limit: int = BATCH) -> list[tuple[int, str]]:
+    """(seq, JSON text) of events after `after`: encoded once, sent to every viewer."""
+    return [(e.seq, json.dumps(event_message(e), ensure_ascii=False))
+            for e in selectors.events_after(run_id, after, limit=limit, upto=upto)]
+
+
+load_events = database_sync_to_async(_load_events)
+load_heads = database_sync_to_async(selectors.run_heads)
+
+
+class Feed:
+    """One run, as this process follows it: its head and its last events."""
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        self.head = 0          # the highest seq known to be committed
+        self.hint = 0          # a wake-up said the head is at least this
+        self.tail: deque[tuple[int, str]] = deque(maxlen=TAIL)  # contiguous, ends at head
+        self.subscribers: set = set()
+        self.lock = asyncio.Lock()
+
+    @property
+    def wants_events(self) -> bool:
+        return any(getattr(s, "wants_events", False) for s in self.subscribers)
+
+    def cached_after(self, after: int) -> list[tuple[int, str]] | None:
+        """The events after `after` if the tail holds all of them, else None."""
+        if not self.tail:
+            return None
+        first, last = self.tail[0][0], self.tail[-1][0]
+        if after + 1 < first:
+            return None
+        if after >= last:
+            return [] if last >= self.head else None
+        return list(islice(self.tail, after + 1 - first, None))
+
+    async def advance(self, head: int) -> None:
+        async with self.lock:
+            if head <= self.head:
+                return
+            if self.wants_events:
+                start = self.tail[-1][0] if self.tail else 0
+                start = max(start, head - TAIL)
+                events = await load_events(self.run_id, start, upto=head, limit=TAIL)
+                self._extend(events)
+            self.head = max(self.head, head)
+        for subscriber in list(self.subscribers):
+            subscriber.feed_advanced(self)
+
+    def _extend(self, events: list[tuple[int, str]]) -> None:
+        for seq, text in events:
+            if self.tail and seq != self.tail[-1][0] + 1:
+                self.tail.clear()  # not contiguous with what we had: start again here
+            self.tail.append((seq, text))
+
+
+class LiveHub:
+    """Follows the runs this process's sockets watch. One per event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.feeds: dict[str, Feed] = {}
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task | None = None
+        self.last_poll = 0.0
+
+    def subscribe(self, run_id: str, subscriber) -> Feed:
+        feed = self.feeds.get(run_id)
+        if feed is None:
+            feed = self.feeds[run_id] = Feed(run_id)
+            self.wake.set()  # learn its head now, not at the next poll
+        feed.subscribers.add(subscriber)
+        if self.task is None or self.task.done():
+            self.task = self.loop.create_task(self._run())
+        return feed
+
+    def unsubscribe(self, run_id: str, subscriber) -> None:
+        feed = self.feeds.get(run_id)
+        if feed is None:
+            return
+        feed.subscribers.discard(subscriber)
+        if not feed.subscribers:
+            del self.feeds[run_id]
+
+    def poke(self, run_id: str, seq: int) -> None:
+        """A wake-up from the channel layer: the run has events up to `seq`."""
+        feed = self.feeds.get(run_id)
+        if feed is not None and seq > feed.head:
+            feed.hint = max(feed.hint, seq)
+            self.wake.set()
+
+    async def _run(self) -> None:
+        while self.feeds:
+            try:
+                await asyncio.wait_for(self.wake.wait(), timeout=poll_seconds())
+            except asyncio.TimeoutError:
+                pass
+            self.wake.clear()
+            try:
+                await self._refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the database hiccuped: try again at the next poll
+                logger.warning("live hub refresh failed", exc_info=True)
+                await asyncio.sleep(poll_seconds())
+
+    async def _refresh(self) -> None:
+        now = time.monotonic()
+        new = [f for f in self.feeds.values() if f.head == 0]
+        if now - self.last_poll >= poll_seconds() or new:
+            self.last_poll = now
+            heads = await load_heads(list(self.feeds))
+            for run_id, head in heads.items():
+                feed = self.feeds.get(run_id)
+                if feed is not None:
+                    feed.hint = max(feed.hint, head)
+        for feed in list(self.feeds.values()):
+            if feed.hint > feed.head:
+                await feed.advance(feed.hint)
+
+
+_hub: LiveHub | None = None
+
+
+def hub() -> LiveHub:
+    global _hub
+    loop = asyncio.get_running_loop()
+    if _hub is None or _hub.loop is not loop:
+        _hub = LiveHub(loop)
+    return _hub
+
+
+# --- the shared socket behaviour --------------------------------------------------------------
+class ProtocolError(Exception):
+    def __init__(self, code: str, message: str):
+        self.code = code
+        super().__init__(message)
+
+
+class LiveConsumer(AsyncWebsocketConsumer):
+    """Authentication, JSON framing, errors that keep the socket usable, and a pump
+    task that sends whatever the subclass says is due when it is woken."""
+
+    group_names: list[str] = []
+    wants_events = False
+
+    async def connect(self):
+        self.errors = 0
+        self.joined: list[str] = []
+        self.pump_task = None
+        self.wake = asyncio.Event()
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        if not await self.allowed(user):
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        await self.accept()
+        for group in self.groups_to_join():
+            try:
+                await self.channel_layer.group_add(group, self.channel_name)
+                self.joined.append(group)
+            except Exception:  # Redis down: polling alone keeps the page live
+                logger.warning("could not join %s; polling only", group, exc_info=True)
+        await self.started()
+        self.pump_task = asyncio.ensure_future(self._pump())
+
+    async def disconnect(self, code):
+        if getattr(self, "pump_task", None) is not None:
+            self.pump_task.cancel()
+        for group in getattr(self, "joined", []):
+            try:
+                await self.channel_layer.group_discard(group, self.channel_name)
+            except Exception:
+                pass
+        self.stopped()
+
+    async def receive(self, text_data=None, bytes_data=None):
+        try:
+            if text_data is None:
+                raise ProtocolError("bad_frame", "binary frames are not supported; send JSON text")
+            if len(text_data) > MAX_FRAME:
+                raise ProtocolError("too_large", f"messages are limited to {MAX_FRAME} bytes")
+            try:
+                message = json.loads(text_data)
+            except ValueError:
+                raise ProtocolError("bad_json", "the message is not valid JSON") from None
+            if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+                raise ProtocolError("bad_message", 'a message is a JSON object with a "type"')
+            handler = self.handlers().get(message["type"])
+            if handler is None:
+                known = ", ".join(sorted(self.handlers()))
+                raise ProtocolError("unknown_type",
+                                    f"unknown message type {message['type'][:40]!r}; "
+                                    f"expected one of: {known}")
+            await handler(message)
+        except ProtocolError as exc:
+            self.errors += 1
+            await self.send_json({"type": "error", "code": exc.code, "error": str(exc)})
+            if self.errors >= MAX_ERRORS:
+                await self.close(code=CLOSE_PROTOCOL)
+
+    async def send_json(self, content: dict) -> None:
+        await self.send(text_data=json.dumps(content, ensure_ascii=False))
+
+    async def ping(self, message):
+        await self.send_json({"type": "pong"})
+
+    def feed_advanced(self, feed: Feed) -> None:
+        self.wake.set()
+
+    async def _pump(self):
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(self.wake.wait(), timeout=self.pump_timeout())
+                except asyncio.TimeoutError:
+                    pass
+                self.wake.clear()
+                await self.pump()
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            logger.warning("live socket failed; closing it so the client reconnects",
+                           exc_info=True)
+            await self.close(code=1011)
+
+    def pump_timeout(self) -> float:
+        return poll_seconds()
+
+    # subclasses define:
+    async def allowed(self, user) -> bool: ...
+    def groups_to_join(self) -> list[str]: ...
+    async def started(self) -> None: ...
+    def stopped(self) -> None: ...
+    def handlers(self) -> dict: ...
+    async def pump(self) -> None: ...
+
+
+def _after(message: dict) -> int:
+    after = message.get("after", 0)
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise ProtocolError("bad_field", '"after" must be a whole number >= 0 '
+                                         "(the last event seq the client has)")
+    return after
+
+
+class RunConsumer(LiveConsumer):
+    """One run's events: catch-up from the database, then live ones."""
+
+    wants_events = True
+
+    async def allowed(self, user) -> bool:
+        self.run_id = self.scope["url_route"]["kwargs"]["run_id"]
+        self.cursor: int | None = None   # the last seq sent; None until the client says hello
+        self.generation = 0
+        self.from_db = False
+        self.welcome_due = False
+        return await database_sync_to_async(selectors.run_visible)(user, self.run_id)
+
+    def groups_to_join(self):
+        return [run_group(self.run_id)]
+
+    async def started(self):
+        self.feed = hub().subscribe(self.run_id, self)
+
+    def stopped(self):
+        if getattr(self, "feed", None) is not None:
+            hub().unsubscribe(self.run_id, self)
+
+    def handlers(self):
+        return {"hello": self.hello, "resume": self.hello, "ping": self.ping}
+
+    async def hello(self, message):
+        self.cursor = _after(message)
+        self.generation += 1
+        self.from_db = True        # catch up from the database itself, never only the cache
+        self.welcome_due = True
+        self.wake.set()
+
+    async def run_changed(self, message):
+        hub().poke(self.run_id, int(message.get("seq") or 0))
+
+    async def pump(self):
+        while self.cursor is not None:
+            generation = self.generation
+            if self.welcome_due:
+                self.welcome_due = False
+                await self.send_json({"type": "welcome", "run": self.run_id,
+                                      "after": self.cursor, "head": self.feed.head})
+            batch = None if self.from_db else self.feed.cached_after(self.cursor)
+            if batch is None:
+                batch = await load_events(self.run_id, self.cursor)
+                self.from_db = len(batch) >= BATCH  # more to come: keep reading the table
+            if generation != self.generation:
+                continue  # a new hello moved the cursor meanwhile
+            if not batch:
+                return
+            await self.send(text_data='{"type":"events","events":['
+                            + ",".join(text for _, text in batch) + "]}")
+            if generation == self.generation:  # else a hello moved the cursor during the send
+                self.cursor = batch[-1][0]
+
+
+class RunListConsumer(LiveConsumer):
+    """Rows of the user's run list: status and progress as they move."""
+
+    async def allowed(self, user) -> bool:
+        self.user = user
+        self.known: dict[str, int] = {}   # run id -> the event seq the client shows
+        self.newest: str | None = None
+        self.watching = False
+        self.check_new_at = 0.0
+        return True
+
+    def groups_to_join(self):
+        return [RUN_LIST_GROUP]
+
+    async def started(self):
+        pass
+
+    def stopped(self):
+        for run_id in list(getattr(self, "known", {})):
+            hub().unsubscribe(run_id, self)
+
+    def handlers(self):
+        return {"watch": self.watch, "ping": self.ping}
+
+    def pump_timeout(self) -> float:
+        return NEW_RUNS_EVERY
+
+    async def watch(self, message):
+        runs = message.get("runs", {})
+        newest = message.get("newest")
+        if (not isinstance(runs, dict) or len(runs) > MAX_WATCH
+                or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                           for k, v in runs.items())):
+            raise ProtocolError("bad_field", f'"runs" must map up to {MAX_WATCH} run ids to '
+                                             "the event seq shown")
+        if newest is not None and not isinstance(newest, str):
+            raise ProtocolError("bad_field", '"newest" must be a run id or null')
+        owned = await database_sync_to_async(self._owned)(list(runs))
+        for run_id in set(self.known) - owned:
+            hub().unsubscribe(run_id, self)
+        self.known = {run_id: runs[run_id] for run_id in owned}
+        for run_id in owned:
+            hub().subscribe(run_id, self)
+        self.newest = newest
+        self.watching = True
+        self.check_new_at = 0.0
+        await self.send_json({"type": "watching", "runs": sorted(owned)})
+        self.wake.set()
+
+    def _owned(self, run_ids) -> set[str]:
+        return set(selectors.run_list(self.user).filter(pk__in=run_ids)
+                   .values_list("pk", flat=True))
+
+    async def run_changed(self, message):
+        run_id = message.get("run_id")
+        if run_id in self.known:
+            hub().poke(run_id, int(message.get("seq") or 0))
+        else:
+            self.check_new_at = 0.0   # maybe a run of ours launched elsewhere
+            self.wake.set()
+
+    async def pump(self):
+        if not self.watching:
+            return
+        feeds = hub().feeds
+        moved = [run_id for run_id, seq in self.known.items()
+                 if run_id in feeds and feeds[run_id].head > seq]
+        if moved:
+            rows = await database_sync_to_async(selectors.run_summaries)(self.user, moved)
+            for row in rows:
+                self.known[row["id"]] = max(self.known.get(row["id"], 0), row["seq"])
+            if rows:
+                await self.send_json({"type": "runs", "runs": rows})
+        if time.monotonic() >= self.check_new_at:
+            self.check_new_at = time.monotonic() + NEW_RUNS_EVERY
+            newest = await database_sync_to_async(selectors.newest_run_id)(self.user)
+            if newest is not None and newest != self.newest:
+                self.newest = newest
+                await self.send_json({"type": "new_runs", "newest": newest})

@@ -1,0 +1,155 @@
+"""Reads for the user's pages and live feeds. Permission checks live here, once:
+a run a user may not see does not exist for them (404, never 403)."""
+
+from __future__ import annotations
+
+from django.db.models import Count, Q
+from django.http import Http404
+
+from runs.durable import records as r
+from runs.durable.serde import decode_state
+from runs.models import Checkpoint, Effect, Run, RunEvent
+
+ACTIVE_STATUSES = (r.QUEUED, r.RUNNING, r.PAUSED, r.WAITING, r.NEEDS_ATTENTION)
+STATUS_FILTERS = {"active": ACTIVE_STATUSES, **{s: (s,) for s in r.STATUSES}}
+EVENT_BATCH = 500
+TAIL_EVENTS = 500
+EFFECTS_SHOWN = 200
+
+
+def can_see_all(user) -> bool:
+    return bool(user and user.is_authenticated and user.has_perm("runs.operate_run"))
+
+
+def visible_runs(user):
+    """The runs a user may open: their own, or every run for an operator."""
+    if can_see_all(user):
+        return Run.objects.all()
+    if not (user and user.is_authenticated):
+        return Run.objects.none()
+    return Run.objects.filter(owner=user)
+
+
+def run_get_for_user(user, run_id: str) -> Run:
+    run = visible_runs(user).filter(pk=run_id).first()
+    if run is None:
+        raise Http404("No such run.")
+    return run
+
+
+def run_visible(user, run_id: str) -> bool:
+    return visible_runs(user).filter(pk=run_id).exists()
+
+
+def run_list(user, *, status: str = "", agent: str = ""):
+    """The user's own runs ("My runs"), newest first, filtered."""
+    runs = Run.objects.filter(owner=user).order_by("-created_at", "-pk")
+    if status in STATUS_FILTERS:
+        runs = runs.filter(status__in=STATUS_FILTERS[status])
+    if agent:
+        runs = runs.filter(agent=agent)
+    return runs
+
+
+def run_status_counts(user) -> dict[str, int]:
+    rows = Run.objects.filter(owner=user).values("status").annotate(n=Count("pk"))
+    counts = {row["status"]: row["n"] for row in rows}
+    counts["active"] = sum(counts.get(s, 0) for s in ACTIVE_STATUSES)
+    counts["all"] = sum(counts.get(s, 0) for s in r.STATUSES)
+    return counts
+
+
+def run_agents_used(user) -> list[str]:
+    return list(Run.objects.filter(owner=user).order_by("agent").values_list("agent", flat=True)
+                .distinct())
+
+
+def newest_run_id(user) -> str | None:
+    return (Run.objects.filter(owner=user).order_by("-created_at", "-pk")
+            .values_list("pk", flat=True).first())
+
+
+SUMMARY_FIELDS = ("id", "status", "event_seq", "step_no", "branch", "progress_done",
+                  "progress_total", "progress_message", "updated_at", "finished_at")
+
+
+def run_summaries(user, run_ids) -> list[dict]:
+    """What a row of the run list shows, for live updates."""
+    rows = Run.objects.filter(owner=user, pk__in=list(run_ids)).values(*SUMMARY_FIELDS)
+    return [summary_message(row) for row in rows]
+
+
+def summary_message(row: dict) -> dict:
+    total, done = row["progress_total"], row["progress_done"]
+    if total:
+        percent = max(0.0, min(100.0, 100.0 * done / total))
+    else:
+        percent = 100.0 if row["status"] == r.SUCCEEDED else 0.0
+    return {"id": row["id"], "status": row["status"], "seq": row["event_seq"],
+            "step": row["step_no"], "branch": row["branch"], "done": done, "total": total,
+            "percent": round(percent, 1), "message": row["progress_message"],
+            "final": row["status"] in r.FINAL_STATUSES}
+
+
+# --- events -------------------------------------------------------------------------------
+def events_after(run_id: str, after: int, limit: int = EVENT_BATCH,
+                 upto: int | None = None) -> list[RunEvent]:
+    events = RunEvent.objects.filter(run_id=run_id, seq__gt=after)
+    if upto is not None:
+        events = events.filter(seq__lte=upto)
+    return list(events.order_by("seq")[:limit])
+
+
+def events_tail(run: Run, limit: int = TAIL_EVENTS) -> list[RunEvent]:
+    """The last `limit` events up to the run row's event_seq: the page shows exactly
+    the state at that seq, and the live feed continues after it."""
+    events = (RunEvent.objects.filter(run=run, seq__lte=run.event_seq)
+              .order_by("-seq")[:limit])
+    return list(reversed(events))
+
+
+def events_before(run: Run, before: int, limit: int = TAIL_EVENTS) -> list[RunEvent]:
+    events = RunEvent.objects.filter(run=run, seq__lt=before).order_by("-seq")[:limit]
+    return list(reversed(events))
+
+
+def progress_samples(run: Run, limit: int = 60) -> list[dict]:
+    """Recent progress events, for the rate and ETA."""
+    rows = (RunEvent.objects.filter(run=run, kind="progress", seq__lte=run.event_seq)
+            .order_by("-seq")[:limit])
+    return [{"at": e.created_at.timestamp(), "done": e.data.get("done", 0),
+             "total": e.data.get("total", 0)} for e in reversed(rows)]
+
+
+def run_heads(run_ids) -> dict[str, int]:
+    return dict(Run.objects.filter(pk__in=list(run_ids)).values_list("pk", "event_seq"))
+
+
+# --- effects and checkpoints ------------------------------------------------------------------
+def run_effects(run: Run, limit: int = EFFECTS_SHOWN) -> tuple[list[Effect], int]:
+    """The latest effects (calls, sleeps, inputs), newest first, and how many there are."""
+    effects = Effect.objects.filter(run=run).exclude(kind__in=[r.NOW, r.RANDOM])
+    total = effects.count()
+    return list(effects.order_by("-started_at", "-id")[:limit]), total
+
+
+def run_checkpoints(run: Run) -> list[Checkpoint]:
+    return list(Checkpoint.objects.filter(run=run).defer("blob").order_by("number"))
+
+
+def checkpoint_get(run: Run, number: int) -> Checkpoint:
+    checkpoint = Checkpoint.objects.filter(run=run, number=number).first()
+    if checkpoint is None:
+        raise Http404("No such checkpoint.")
+    return checkpoint
+
+
+def checkpoint_state(checkpoint: Checkpoint):
+    return decode_state(bytes(checkpoint.blob), checkpoint.codec)
+
+
+def run_trouble_events(run: Run) -> list[RunEvent]:
+    """Failures and stops that needed attention, for the timeline."""
+    return list(RunEvent.objects.filter(run=run, kind="status")
+                .filter(Q(data__status=r.FAILED) | Q(data__status=r.NEEDS_ATTENTION))
+                .order_by("seq"))

@@ -1,0 +1,78 @@
+/* The run list, live: it tells the server which runs it shows (and at which event
+ * seq); the server answers with the rows that moved, and says when a run was
+ * launched elsewhere (page 1 then refreshes itself; other pages show a notice). */
+(function () {
+  "use strict";
+
+  const container = document.getElementById("run-list");
+  if (!container) return;
+  const LABELS = {queued: "queued", running: "running", paused: "paused", waiting: "waiting",
+                  needs_attention: "needs attention", succeeded: "succeeded", failed: "failed",
+                  cancelled: "cancelled"};
+  let live = null;
+
+  function fmt(n) { return Number.isInteger(n) ? String(n) : String(Math.round(n * 100) / 100); }
+
+  function watch() {
+    if (!live) return;
+    const runs = {};
+    container.querySelectorAll("tr[data-run-id]").forEach((row) => {
+      runs[row.dataset.runId] = parseInt(row.dataset.seq, 10) || 0;
+    });
+    const list = container.querySelector(".run-list");
+    live.send({type: "watch", runs: runs, newest: (list && list.dataset.newest) || null});
+  }
+
+  function update(summary) {
+    const row = document.getElementById("run-row-" + summary.id);
+    if (!row || (parseInt(row.dataset.seq, 10) || 0) >= summary.seq) return;
+    const safe = String(summary.status).replace(/[^a-z_]/g, "");
+    row.dataset.seq = summary.seq;
+    const wasFinal = ["succeeded", "failed", "cancelled"].includes(row.dataset.status);
+    row.dataset.status = safe;
+    const badge = row.querySelector('[data-role="status"]');
+    badge.className = "badge status-" + safe;
+    badge.textContent = LABELS[summary.status] || summary.status;
+    const bar = row.querySelector('[data-role="progress"]');
+    bar.classList.toggle("is-running", summary.status === "running");
+    bar.setAttribute("aria-valuenow", Math.round(summary.percent));
+    const fill = bar.querySelector(".progress-fill");
+    fill.className = "progress-fill status-" + safe;
+    fill.style.width = summary.percent + "%";
+    row.querySelector('[data-role="counts"]').textContent =
+      summary.total ? fmt(summary.done) + " / " + fmt(summary.total) : "";
+    row.querySelector('[data-role="message"]').textContent = summary.message || "";
+    row.querySelector('[data-role="step"]').textContent = summary.step;
+    if (summary.final && !wasFinal && window.htmx) {   // the server has the final duration
+      window.htmx.ajax("GET", container.dataset.rowsUrl + "?id=" + encodeURIComponent(summary.id),
+                       {target: "#run-list", swap: "none"});
+    }
+  }
+
+  function newRuns() {
+    const list = container.querySelector(".run-list");
+    const onFirstPage = !list || list.dataset.page === "1";
+    if (onFirstPage && window.htmx) {
+      window.htmx.ajax("GET", window.location.pathname + window.location.search,
+                       {target: "#run-list", swap: "innerHTML"});
+    } else {
+      document.getElementById("new-runs").hidden = false;
+    }
+  }
+
+  document.body.addEventListener("htmx:afterSwap", (event) => {
+    if (event.detail.target === container) {
+      document.getElementById("new-runs").hidden = true;
+      watch();
+    }
+  });
+  document.body.addEventListener("htmx:oobAfterSwap", () => watch());
+
+  live = new window.LiveSocket(container.dataset.wsPath, {
+    onOpen() { watch(); },
+    onMessage(message) {
+      if (message.type === "runs") message.runs.forEach(update);
+      else if (message.type === "new_runs") newRuns();
+    },
+  });
+})();

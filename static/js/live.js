@@ -1,0 +1,168 @@
+/* A websocket that stays up: reconnects with backoff after a network drop, a
+ * server restart or a laptop sleep, notices a half-open socket by a heartbeat,
+ * and shows its state in #live-indicator (data-state: connecting | live |
+ * reconnecting | offline | closed).
+ *
+ *   const live = new LiveSocket("/ws/runs/abc/", {
+ *     onOpen(live) { live.send({type: "hello", after: lastSeq}); },
+ *     onMessage(message, live) { ... },
+ *   });
+ */
+(function () {
+  "use strict";
+
+  const HEARTBEAT_MS = 15000;      // send a ping this often
+  const SILENCE_MS = 40000;        // no frame for this long: the socket is dead
+  const MAX_DELAY_MS = 10000;
+
+  function backoff(attempt) {
+    const base = Math.min(MAX_DELAY_MS, 300 * Math.pow(2, attempt));
+    return base / 2 + Math.random() * base / 2;   // "equal jitter"
+  }
+
+  class LiveSocket {
+    constructor(path, handlers) {
+      this.path = path;
+      this.handlers = handlers || {};
+      this.attempt = 0;
+      this.socket = null;
+      this.stopped = false;
+      this.retryTimer = null;
+      this.heartbeat = null;
+      this.lastFrameAt = Date.now();
+      this.indicator = document.getElementById("live-indicator");
+      window.addEventListener("online", () => this.reconnectNow());
+      window.addEventListener("offline", () => this.setState("offline"));
+      document.addEventListener("visibilitychange", () => {
+        if (document.visibilityState === "visible") this.checkAlive();
+      });
+      window.addEventListener("pagehide", () => this.stop());
+      window.addEventListener("pageshow", (event) => {   // back from the bfcache
+        if (event.persisted) { this.stopped = false; this.attempt = 0; this.connect(); }
+      });
+      this.connect();
+    }
+
+    url() {
+      const scheme = window.location.protocol === "https:" ? "wss" : "ws";
+      return scheme + "://" + window.location.host + this.path;
+    }
+
+    connect() {
+      if (this.stopped) return;
+      clearTimeout(this.retryTimer);
+      this.setState(this.attempt === 0 ? "connecting" : "reconnecting");
+      let socket;
+      try {
+        socket = new WebSocket(this.url());
+      } catch (err) {
+        this.scheduleRetry();
+        return;
+      }
+      this.socket = socket;
+      socket.onopen = () => {
+        if (socket !== this.socket) return;
+        this.lastFrameAt = Date.now();
+        this.startHeartbeat();
+        if (this.handlers.onOpen) this.handlers.onOpen(this);
+      };
+      socket.onmessage = (event) => {
+        if (socket !== this.socket) return;
+        this.lastFrameAt = Date.now();
+        let message;
+        try { message = JSON.parse(event.data); } catch (err) { return; }
+        if (message.type === "pong") return;
+        if (message.type === "welcome" || message.type === "watching") {
+          this.attempt = 0;
+          this.setState("live");
+        }
+        if (message.type === "error" && window.console) console.warn("live:", message.error);
+        if (this.handlers.onMessage) this.handlers.onMessage(message, this);
+      };
+      socket.onclose = (event) => {
+        if (socket !== this.socket) return;
+        this.stopHeartbeat();
+        this.socket = null;
+        if (this.handlers.onClose) this.handlers.onClose(event, this);
+        if (event.code === 4401 || event.code === 4404) {   // logged out, or not ours
+          this.setState("closed", event.code === 4401 ? "logged out" : "not available");
+          this.stopped = true;
+          return;
+        }
+        this.scheduleRetry();
+      };
+    }
+
+    scheduleRetry() {
+      if (this.stopped) return;
+      const delay = backoff(this.attempt);
+      this.attempt += 1;
+      this.setState(navigator.onLine === false ? "offline" : "reconnecting",
+                    "retry in " + Math.ceil(delay / 1000) + " s");
+      clearTimeout(this.retryTimer);
+      this.retryTimer = setTimeout(() => this.connect(), delay);
+    }
+
+    reconnectNow() {
+      if (this.stopped) return;
+      if (this.socket && this.socket.readyState <= 1) return;
+      this.attempt = 0;
+      this.connect();
+    }
+
+    checkAlive() {
+      if (!this.socket) { this.reconnectNow(); return; }
+      if (Date.now() - this.lastFrameAt > SILENCE_MS) this.drop();
+      else this.send({type: "ping"});
+    }
+
+    drop() {  // a socket that went silent (laptop sleep, dead NAT): replace it
+      const socket = this.socket;
+      this.socket = null;
+      this.stopHeartbeat();
+      if (socket) { try { socket.close(); } catch (err) { /* already gone */ } }
+      this.scheduleRetry();
+    }
+
+    startHeartbeat() {
+      this.stopHeartbeat();
+      this.heartbeat = setInterval(() => {
+        if (Date.now() - this.lastFrameAt > SILENCE_MS) this.drop();
+        else this.send({type: "ping"});
+      }, HEARTBEAT_MS);
+    }
+
+    stopHeartbeat() {
+      clearInterval(this.heartbeat);
+      this.heartbeat = null;
+    }
+
+    send(message) {
+      if (this.socket && this.socket.readyState === WebSocket.OPEN) {
+        this.socket.send(JSON.stringify(message));
+        return true;
+      }
+      return false;
+    }
+
+    stop() {
+      this.stopped = true;
+      clearTimeout(this.retryTimer);
+      this.stopHeartbeat();
+      if (this.socket) { try { this.socket.close(1000); } catch (err) { /* gone */ } }
+    }
+
+    setState(state, detail) {
+      if (!this.indicator) return;
+      const labels = {connecting: "connecting…", live: "live", reconnecting: "reconnecting…",
+                      offline: "offline", closed: "not live"};
+      this.indicator.dataset.state = state;
+      const text = this.indicator.querySelector(".live-text");
+      if (text) text.textContent = labels[state] + (detail && state !== "live" ? " · " + detail : "");
+      this.indicator.title = state === "live" ? "Live: updates arrive as they happen"
+        : "Updates paused: " + (detail || state) + ". Nothing is lost; the page catches up.";
+    }
+  }
+
+  window.LiveSocket = LiveSocket;
+})();

@@ -1,0 +1,301 @@
+/* The live run page.
+ *
+ * The page was rendered at event #data-last-seq. The socket says that number on
+ * every (re)connect and gets exactly the events after it; an event at or below
+ * the last one applied is a duplicate and is dropped, one further ahead than the
+ * next is a gap and the page asks again from its last one. Log lines, status,
+ * progress (with rate and ETA), step and branch are drawn here from the events,
+ * always with textContent; the heavier panels (effects, timeline, output, the
+ * input form, actions) are re-rendered by the server and swapped in by htmx when
+ * an event makes them stale.
+ */
+(function () {
+  "use strict";
+
+  const page = document.getElementById("run-page");
+  if (!page) return;
+
+  const FINAL = ["succeeded", "failed", "cancelled"];
+  const LABELS = {queued: "queued", running: "running", paused: "paused", waiting: "waiting",
+                  needs_attention: "needs attention", succeeded: "succeeded", failed: "failed",
+                  cancelled: "cancelled"};
+  const MAX_LINES = 10000;
+  const PANEL_GAP_MS = 600;
+
+  const log = document.getElementById("event-log");
+  const scroller = document.getElementById("log-scroll");
+  const jump = document.getElementById("log-jump");
+  const $ = (id) => document.getElementById(id);
+
+  let lastSeq = parseInt(page.dataset.lastSeq, 10) || 0;
+  let status = page.dataset.status;
+  let unseen = 0;
+
+  // --- the log -----------------------------------------------------------------------------
+  function pad(n) { return String(n).padStart(2, "0"); }
+  function clock(iso) {
+    const d = new Date(iso);
+    if (isNaN(d)) return "";
+    return pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
+  }
+
+  function line(ev) {
+    const li = document.createElement("li");
+    li.className = "ev ev-" + String(ev.kind).replace(/[^a-z_]/gi, "");
+    li.dataset.seq = ev.seq;
+    const seq = document.createElement("span"); seq.className = "ev-seq"; seq.textContent = ev.seq;
+    const time = document.createElement("time"); time.dateTime = ev.at; time.textContent = clock(ev.at);
+    const kind = document.createElement("span"); kind.className = "ev-kind"; kind.textContent = ev.kind;
+    const text = document.createElement("span"); text.className = "ev-text"; text.textContent = ev.text;
+    li.append(seq, time, kind, text);
+    return li;
+  }
+
+  function atBottom() {
+    return scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 40;
+  }
+
+  function appendLines(lines) {
+    const follow = atBottom();
+    const fragment = document.createDocumentFragment();
+    lines.forEach((li) => fragment.appendChild(li));
+    log.appendChild(fragment);
+    while (log.children.length > MAX_LINES) log.removeChild(log.firstElementChild);
+    if (follow) {
+      scroller.scrollTop = scroller.scrollHeight;
+    } else {
+      unseen += lines.length;
+      jump.hidden = false;
+      jump.querySelector("span").textContent = unseen + " new event" + (unseen === 1 ? "" : "s");
+    }
+  }
+
+  scroller.addEventListener("scroll", () => {
+    if (atBottom()) { unseen = 0; jump.hidden = true; }
+  });
+  jump.addEventListener("click", () => {
+    scroller.scrollTop = scroller.scrollHeight;
+    unseen = 0; jump.hidden = true;
+  });
+  const showAll = $("show-all-events");
+  showAll.addEventListener("change", () => {
+    log.classList.toggle("logs-only", !showAll.checked);
+  });
+
+  // --- status, progress, rate and ETA ---------------------------------------------------------
+  function setStatus(next) {
+    status = next;
+    page.dataset.status = next;
+    const safe = next.replace(/[^a-z_]/g, "");
+    const badge = document.createElement("span");
+    badge.className = "badge status-" + safe;
+    badge.dataset.role = "status";
+    badge.textContent = LABELS[next] || next;
+    $("run-status").replaceChildren(badge);
+    const bar = document.querySelector("#run-progress .progress");
+    bar.classList.toggle("is-running", next === "running");
+    bar.querySelector(".progress-fill").className = "progress-fill status-" + safe;
+    if (FINAL.includes(next)) {
+      $("run-eta").textContent = next === "succeeded" ? "done" : "—";
+      if (next === "succeeded" && samples.length) {
+        const last = samples[samples.length - 1];
+        if (last.total) drawProgress(last.total, last.total, null);
+      }
+    }
+  }
+
+  const samples = JSON.parse(($("progress-samples") || {}).textContent || "[]");
+
+  function fmtNumber(n) {
+    return Number.isInteger(n) ? String(n) : String(Math.round(n * 100) / 100);
+  }
+
+  function fmtDuration(seconds) {
+    seconds = Math.max(0, Math.round(seconds));
+    if (seconds < 60) return seconds + " s";
+    if (seconds < 3600) return Math.floor(seconds / 60) + " min " + pad(seconds % 60) + " s";
+    return Math.floor(seconds / 3600) + " h " + pad(Math.floor(seconds % 3600 / 60)) + " min";
+  }
+
+  function drawProgress(done, total, message) {
+    const pct = total ? Math.max(0, Math.min(100, 100 * done / total)) : 0;
+    const bar = document.querySelector("#run-progress .progress");
+    bar.setAttribute("aria-valuenow", Math.round(pct));
+    bar.querySelector(".progress-fill").style.width = pct.toFixed(1) + "%";
+    $("run-progress-counts").textContent = total ? fmtNumber(done) + " / " + fmtNumber(total) : "—";
+    $("run-progress-percent").textContent = total ? Math.round(pct) + "%" : "";
+    if (message !== null) $("run-progress-message").textContent = message || "";
+  }
+
+  function drawRate() {
+    if (samples.length < 2) return;
+    const last = samples[samples.length - 1];
+    let first = samples[0];
+    for (const s of samples) { if (last.at - s.at <= 60) { first = s; break; } }
+    if (first === last) first = samples[samples.length - 2];
+    const dt = last.at - first.at, dd = last.done - first.done;
+    if (dt <= 0 || dd <= 0) return;
+    const rate = dd / dt;
+    $("run-rate").textContent = rate >= 1 ? fmtNumber(Math.round(rate * 10) / 10) + "/s"
+      : fmtNumber(Math.round(rate * 600) / 10) + "/min";
+    if (FINAL.includes(status)) return;
+    const left = last.total - last.done;
+    $("run-eta").textContent = left > 0 ? "≈ " + fmtDuration(left / rate) : "finishing";
+  }
+
+  function addSample(ev) {
+    const sample = {at: Date.parse(ev.at) / 1000, done: Number(ev.data.done) || 0,
+                    total: Number(ev.data.total) || 0};
+    const prev = samples[samples.length - 1];
+    if (prev && (sample.done < prev.done || sample.total !== prev.total)) samples.length = 0;
+    samples.push(sample);
+    if (samples.length > 120) samples.shift();
+    drawProgress(sample.done, sample.total, ev.data.message);
+    drawRate();
+  }
+
+  function tickDuration() {
+    const el = $("run-duration");
+    const started = parseFloat(el.dataset.started);
+    const finished = parseFloat(el.dataset.finished);
+    const end = isNaN(finished) ? Date.now() / 1000 : finished;
+    if (!isNaN(started)) el.textContent = fmtDuration(end - started);
+  }
+
+  // --- panels the server renders -----------------------------------------------------------------
+  const dirty = new Set();
+  let panelTimer = null;
+  let panelBusy = false;
+  let panelLast = 0;
+
+  function stale(...names) {
+    names.forEach((n) => dirty.add(n));
+    schedulePanels();
+  }
+
+  function schedulePanels() {
+    if (panelTimer || panelBusy || !dirty.size) return;
+    const wait = Math.max(0, PANEL_GAP_MS - (Date.now() - panelLast));
+    panelTimer = setTimeout(refreshPanels, wait);
+  }
+
+  function refreshPanels() {
+    panelTimer = null;
+    if (!window.htmx || !dirty.size) return;
+    const names = Array.from(dirty);
+    dirty.clear();
+    panelBusy = true;
+    panelLast = Date.now();
+    const query = names.map((n) => "p=" + encodeURIComponent(n)).join("&");
+    window.htmx.ajax("GET", page.dataset.panelsUrl + "?" + query, {target: "#run-page", swap: "none"})
+      .catch(() => names.forEach((n) => dirty.add(n)))
+      .finally(() => { panelBusy = false; schedulePanels(); });
+  }
+
+  // --- applying events ---------------------------------------------------------------------------
+  function apply(ev) {
+    const data = ev.data || {};
+    switch (ev.kind) {
+      case "status":
+        if (data.status) setStatus(data.status);
+        if (FINAL.includes(data.status)) {
+          $("run-duration").dataset.finished = Date.parse(ev.at) / 1000;
+          stale("stats", "actions", "input", "effects", "timeline", "output");
+        } else {
+          stale("stats", "actions", "input", "output", "timeline");
+        }
+        break;
+      case "progress": addSample(ev); break;
+      case "log": break;
+      case "checkpoint":
+        if (data.step !== undefined) $("run-step").textContent = data.step;
+        if (data.branch !== undefined) $("run-branch").textContent = data.branch;
+        stale("timeline");
+        break;
+      case "effect": stale("effects"); break;
+      case "rollback": case "edit": case "upgrade":
+        $("run-branch").textContent = data.branch;
+        $("run-step").textContent = data.step;
+        samples.length = 0;
+        stale("stats", "timeline", "effects", "output", "actions");
+        break;
+      case "output": stale("output"); break;
+      case "input_requested": case "input_received": stale("input", "actions"); break;
+      default: stale("actions");
+    }
+  }
+
+  function onEvents(events, live) {
+    const lines = [];
+    for (const ev of events) {
+      if (ev.seq <= lastSeq) continue;                 // a duplicate: already shown
+      if (ev.seq !== lastSeq + 1) {                   // a gap: ask again from what we have
+        live.send({type: "resume", after: lastSeq});
+        break;
+      }
+      lines.push(line(ev));
+      apply(ev);
+      lastSeq = ev.seq;
+    }
+    if (lines.length) {
+      appendLines(lines);
+      page.dataset.lastSeq = lastSeq;
+      $("run-seq").textContent = lastSeq;
+    }
+  }
+
+  // --- checkpoints on the timeline ----------------------------------------------------------------
+  let shownCheckpoint = null;
+  let pinned = null;
+  let hoverTimer = null;
+
+  function showCheckpoint(mark, pin) {
+    const number = mark.dataset.checkpoint;
+    if (pin) pinned = number;
+    document.querySelectorAll(".mark.is-selected").forEach((m) => m.classList.remove("is-selected"));
+    mark.classList.add("is-selected");
+    if (shownCheckpoint === number) return;
+    shownCheckpoint = number;
+    window.htmx.ajax("GET", mark.dataset.url, {target: "#checkpoint-state", swap: "innerHTML"});
+  }
+
+  document.addEventListener("click", (event) => {
+    const mark = event.target.closest && event.target.closest("[data-checkpoint]");
+    if (mark) showCheckpoint(mark, true);
+  });
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Enter" && event.key !== " ") return;
+    const mark = event.target.closest && event.target.closest("[data-checkpoint]");
+    if (mark) { event.preventDefault(); showCheckpoint(mark, true); }
+  });
+  document.addEventListener("mouseover", (event) => {
+    const mark = event.target.closest && event.target.closest("[data-checkpoint]");
+    clearTimeout(hoverTimer);
+    if (mark && !pinned) hoverTimer = setTimeout(() => showCheckpoint(mark, false), 150);
+  });
+  document.body.addEventListener("htmx:oobAfterSwap", () => {
+    const current = pinned || shownCheckpoint;
+    if (!current) return;
+    const mark = document.querySelector('[data-checkpoint="' + current + '"]');
+    if (mark) mark.classList.add("is-selected");
+  });
+
+  // --- start ------------------------------------------------------------------------------------
+  log.querySelectorAll("time[datetime]").forEach((t) => { t.textContent = clock(t.dateTime); });
+  document.body.addEventListener("htmx:afterSwap", (event) => {
+    if (event.detail.target === log) {
+      log.querySelectorAll("time[datetime]").forEach((t) => { t.textContent = clock(t.dateTime); });
+    }
+  });
+  scroller.scrollTop = scroller.scrollHeight;
+  drawRate();
+  tickDuration();
+  setInterval(() => { if (!FINAL.includes(status)) tickDuration(); }, 1000);
+
+  new window.LiveSocket(page.dataset.wsPath, {
+    onOpen(live) { live.send({type: "hello", after: lastSeq}); },
+    onMessage(message, live) {
+      if (message.type === "events") onEvents(message.events, live);
+    },
+  });
+})();

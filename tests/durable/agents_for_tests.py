@@ -488,3 +488,14 @@ def careless_slow(ctx, inputs):
     except Exception as exc:  # noqa: BLE001 - the carelessness under test
         first = type(exc).__name__
     return {"first": first, "second": ctx.call(post_record, {"second": True})["id"]}
+
+
+@agent("bad_output", registry=REG)
+def bad_output(ctx, inputs):
+    return {"tags": {"a", "b"}}
+
+
+@agent("bad_return", registry=REG)
+class BadReturn(Agent):
+    def step(self, ctx, state):
+        return ["neither", "a", "state", "nor", "Done"]

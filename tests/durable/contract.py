@@ -554,6 +554,31 @@ class StoreContract:
         assert decode_state(failed.checkpoint.blob, failed.checkpoint.codec)["i"] == 1
         assert self.checkpoint_steps(store, run.id) == [0, 1]
 
+    def test_an_unserialisable_output_fails_the_run(self, store):
+        run = self.launch(store, "bad_output")
+        assert self.execute(store, run.id) == Outcome.FAILED
+        failed = store.load(run.id).run
+        assert (failed.error["type"], failed.error["path"]) == ("StateNotSerializableError",
+                                                                "output.tags")
+        assert failed.output is None
+
+    def test_a_step_returning_neither_state_nor_done_fails_the_run(self, store):
+        run = self.launch(store, "bad_return")
+        assert self.execute(store, run.id) == Outcome.FAILED
+        failed = store.load(run.id).run
+        assert failed.error["type"] == "TypeError"
+        assert "Done" in failed.error["message"] and "list" in failed.error["message"]
+
+    def test_a_run_whose_agent_is_gone_needs_attention(self, store):
+        run = self.launch(store, "hello", {"name": "Ada"})
+        assert self.execute(store, run.id, registry=REG_V2) == Outcome.NEEDS_ATTENTION
+        stuck = store.load(run.id).run
+        assert stuck.attention["kind"] == "unknown_agent"
+        assert "hello" in stuck.attention["message"]
+        assert stuck.lease_owner is None
+        control.resume(store, run.id, actor="op", registry=REG)
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+
     # --- 7. pause and cancel ---------------------------------------------------------------------
     def _start_slow(self, store):
         run = self.launch(store, "slow_steps")

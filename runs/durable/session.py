@@ -399,7 +399,7 @@ class RunSession:
 def _last_write(loaded: r.Loaded) -> float:
     times = [loaded.checkpoint.created_at if loaded.checkpoint else loaded.run.created_at]
     times += [e.finished_at or e.started_at for e in loaded.effects]
-    return max(t for t in times if t)
+    return max((t for t in times if t), default=time.time())
 
 
 def _merge_claim(loaded: r.RunRecord, claimed: r.RunRecord) -> r.RunRecord:

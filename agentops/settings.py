@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "daphne",
     "runs",  # before django_q: runs overrides the qcluster command (signal hand-off, sweep)
     "sandbox",
+    "builtin_agents",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",

@@ -1,0 +1,327 @@
+"""The built-in agents: a crawler, a migration and a tool-using assistant.
+
+They use only agentops' public API (``runs.durable``), as your own agents would,
+so they are the place to start when writing one. The pattern in each:
+
+- ``start(inputs)`` builds the first state from the launch inputs;
+- ``step(ctx, state)`` does a bounded piece of work. Everything that touches the
+  outside world goes through ``ctx.call(tool, ...)``: logged, replayed after a
+  crash (so the step may be run again safely), and given an idempotency key;
+- anything the step decides must follow from the state and the tools' results
+  alone, so that a replay takes the same decisions (change ``version`` whenever
+  the code of a step changes; the engine refuses to replay a run on another one);
+- the step returns the next state (a checkpoint) or ``Done(output)``.
+
+Each agent reaches the sandbox (the stand-in for the outside world) through a URL
+input whose default comes from ``AGENTOPS["SANDBOX_URL"]``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from runs.durable import Agent, Done, ToolFailedError, agent
+
+from .tools import crawl as site
+from .tools import dataset, research
+from .tools.http import sandbox_url
+from .tools.llm import chat_completion, default_base_url, default_model
+
+SANDBOX = sandbox_url()
+
+
+# --- crawl ---------------------------------------------------------------------------------------
+@agent("crawl", version="1")
+class Crawl(Agent):
+    """Crawl the sandbox's generated site breadth-first; report terms, links and failures."""
+
+    input_schema = {
+        "type": "object",
+        "properties": {
+            "site_url": {"type": "string", "default": f"{SANDBOX}/site",
+                         "description": "The site's base URL: pages are <site_url>/page/<n>."},
+            "pages": {"type": "integer", "minimum": 1, "maximum": 1_000_000, "default": 10_000,
+                      "description": "How many pages the generated site has."},
+            "latency_ms": {"type": "integer", "minimum": 0, "maximum": 10_000, "default": 20,
+                           "description": "Simulated latency of each page, in milliseconds."},
+            "error_rate": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.01,
+                           "description": "Share of pages whose first request fails with a "
+                                          "503 (retried by the tool's retry policy)."},
+            "batch": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 25,
+                      "description": "Pages fetched per step."},
+        },
+    }
+    # A step fetches `batch` pages; checkpoint every 20 steps (500 pages by default) or
+    # 10 seconds. A crash costs at most that much replay, read from the effect log.
+    checkpoint_every = 20
+    checkpoint_seconds = 10.0
+
+    def start(self, inputs):
+        params = site.site_params(inputs["pages"], inputs["latency_ms"], inputs["error_rate"])
+        state = site.new_crawl(inputs["site_url"].rstrip("/"), params)
+        state["batch"] = inputs["batch"]
+        return state
+
+    def step(self, ctx, state):
+        crawl = site.CrawlState(state)
+        if state["generation"] is None:  # the first step stamps the site's generation
+            state["generation"] = self.changes(ctx, state)["generation"]
+        if state["drift"] and not ctx.is_replaying:
+            # on_resume found changed pages. Queue them only once no logged step is
+            # left to replay: a replayed step must see the state it saw the first time.
+            self.requeue(ctx, crawl, state["drift"])
+            state["drift"] = None
+        if not crawl.frontier:
+            # Every page found is fetched. Did any change meanwhile? Then fetch it again.
+            if not self.requeue(ctx, crawl, self.changes(ctx, state)):
+                return Done(crawl.report())
+        for n in crawl.take(state["batch"]):
+            try:
+                crawl.add_page(ctx.call(site.fetch_page, crawl.url(n)))
+            except ToolFailedError as failure:  # a 404, or a 503 that outlasted its retries
+                crawl.add_failure(n, failure.message)
+        ctx.progress(crawl.fetched, len(crawl.seen), crawl.summary())
+        return crawl.dump()
+
+    def on_resume(self, ctx, state):
+        """Back after a crash, deploy or pause: did the site change while we were away?"""
+        if state["generation"] is None:  # away before the first step: nothing fetched yet
+            return state
+        changes = self.changes(ctx, state)
+        if changes["generation"] != state["generation"]:
+            ctx.log(f"the site moved to generation {changes['generation']} while the crawl "
+                    f"was away ({ctx.suspended_for:.0f} s); changed pages will be fetched again")
+            state["drift"] = changes
+        return state
+
+    def changes(self, ctx, state) -> dict:
+        return ctx.call(site.site_generation, state["site"], state["params"]["pages"],
+                        state["generation"] or 0)
+
+    def requeue(self, ctx, crawl, changes) -> list[int]:
+        old = crawl.state["generation"]
+        if changes["generation"] <= old:
+            return []
+        again = crawl.requeue_changed(changes["generation"], changes["changed"])
+        ctx.log(f"site generation {old} → {changes['generation']}: "
+                f"{len(again)} fetched pages changed and are queued again")
+        return again
+
+
+# --- migrate -------------------------------------------------------------------------------------
+class MigrationError(Exception):
+    """The target does not hold what the migration wrote."""
+
+
+@agent("migrate", version="1")
+class Migrate(Agent):
+    """Copy a dataset in batches through an idempotent API, verify it, then cut over."""
+
+    input_schema = {
+        "type": "object",
+        "properties": {
+            "source_url": {"type": "string", "default": f"{SANDBOX}/dataset/rows",
+                           "description": "The source's rows endpoint."},
+            "target_url": {"type": "string", "default": f"{SANDBOX}/api",
+                           "description": "The target API: <target_url>/records (idempotent) "
+                                          "and <target_url>/notifications."},
+            "rows": {"type": "integer", "minimum": 1, "maximum": 1_000_000, "default": 100_000,
+                     "description": "Rows in the source dataset."},
+            "batch_size": {"type": "integer", "minimum": 10, "maximum": 5000, "default": 1000,
+                           "description": "Rows read, transformed and written per step."},
+            "seed": {"type": "integer", "minimum": 0, "default": 0,
+                     "description": "Seed of the generated source dataset."},
+        },
+    }
+
+    def start(self, inputs):
+        return {**inputs, "phase": "copy", "offset": 0, "batches": 0, "copied": 0,
+                "source_checksum": dataset.ZERO, "expected_checksum": dataset.ZERO,
+                "verified": None}
+
+    def step(self, ctx, state):
+        if state["phase"] == "copy":
+            return self.copy_batch(ctx, state)
+        if state["phase"] == "verify":
+            return self.verify(ctx, state)
+        return self.cut_over(ctx, state)
+
+    def copy_batch(self, ctx, state):
+        """Read a batch, transform it, write it as one record under this step's key."""
+        page = ctx.call(dataset.read_rows, state["source_url"], state["offset"],
+                        state["batch_size"], state["rows"], state["seed"])
+        rows = [dataset.transform(row) for row in page["rows"]]
+        unit = f"{ctx.run_id}-batch-{state['offset']}"
+        written = ctx.call(dataset.write_batch, state["target_url"], unit, rows)
+        if written["checksum"] != dataset.checksum(rows):
+            raise MigrationError(f"the target stored something else for {unit}")
+        state["source_checksum"] = dataset.add_checksums(state["source_checksum"],
+                                                         page["checksum"])
+        state["expected_checksum"] = dataset.add_checksums(state["expected_checksum"],
+                                                           written["checksum"])
+        state["copied"] += len(rows)
+        state["batches"] += 1
+        state["offset"] = page["next_offset"]
+        if state["offset"] is None:
+            state["phase"] = "verify"
+        ctx.progress(state["copied"], state["rows"], f"batch {state['batches']}: {unit}")
+        return state
+
+    def verify(self, ctx, state):
+        """Read the target back; every count and checksum must match the source."""
+        # The engine's idempotency keys start with the run id: they name this run's records.
+        found = ctx.call(dataset.read_back, state["target_url"], f"{ctx.run_id}:")
+        expected = {"records": state["batches"], "rows": state["rows"],
+                    "checksum": state["expected_checksum"], "duplicate_units": []}
+        wrong = {k: (found[k], v) for k, v in expected.items() if found[k] != v}
+        if state["copied"] != state["rows"]:
+            wrong["copied"] = (state["copied"], state["rows"])
+        if wrong:
+            raise MigrationError("verification failed (found, expected): " + json.dumps(wrong))
+        ctx.log(f"verified {found['rows']} rows in {found['records']} records, "
+                f"checksum {found['checksum']}")
+        state["verified"] = found
+        state["phase"] = "cut_over"
+        return state
+
+    def cut_over(self, ctx, state):
+        """Announce the switch. Not idempotent: after a crash here an operator decides."""
+        sent = ctx.call(dataset.notify, state["target_url"], {
+            "unit": f"{ctx.run_id}-cutover", "event": "migration.cutover",
+            "rows": state["rows"], "checksum": state["expected_checksum"]})
+        ctx.log(f"cut-over announced: {sent}")
+        return Done({"rows": state["copied"], "batches": state["batches"],
+                     "source_checksum": state["source_checksum"],
+                     "checksum": state["expected_checksum"], "verified": state["verified"],
+                     "cut_over": True})
+
+
+# --- assistant -----------------------------------------------------------------------------------
+SYSTEM_PROMPT = (
+    "You are a research assistant for a website. Use search_pages to find pages, calculator "
+    "for any arithmetic and write_note to save what you found; then answer in a few sentences, "
+    "citing the numbers your tools returned.")
+
+
+@agent("assistant", version="1")
+class Assistant(Agent):
+    """A tool-using chat agent over any OpenAI-compatible API (offline scripted model by default)."""
+
+    input_schema = {
+        "type": "object",
+        "properties": {
+            "question": {"type": "string", "format": "textarea", "minLength": 1,
+                         "default": "Which pages mention a boat or the city, and how many are there?",
+                         "description": "What to ask."},
+            "follow_ups": {"type": "array", "items": {"type": "string", "minLength": 1},
+                           "default": [], "description": "Further questions, asked in turn "
+                                                         "after each answer (a JSON list)."},
+            "base_url": {"type": "string", "default": default_base_url(),
+                         "description": "OpenAI-compatible API base URL (…/v1). The API key "
+                                        "comes from AGENTOPS_LLM_API_KEY on the worker."},
+            "model": {"type": "string", "default": default_model()},
+            "site_url": {"type": "string", "default": f"{SANDBOX}/site",
+                         "description": "The site search_pages searches."},
+            "site_pages": {"type": "integer", "minimum": 1, "default": 10_000},
+            "latency_ms": {"type": "integer", "minimum": 0, "maximum": 10_000, "default": 20},
+            "search_scan": {"type": "integer", "minimum": 1, "maximum": 2000, "default": 100,
+                            "description": "How many pages (from page 0) a search reads."},
+            "target_url": {"type": "string", "default": f"{SANDBOX}/api",
+                           "description": "Where write_note stores notes (<target_url>/records)."},
+            "max_turns": {"type": "integer", "minimum": 1, "maximum": 50, "default": 8,
+                          "description": "Model calls per question before it must answer."},
+        },
+    }
+
+    def start(self, inputs):
+        questions = [inputs["question"], *inputs["follow_ups"]]
+        return {
+            "inputs": inputs,
+            "messages": [{"role": "system", "content": SYSTEM_PROMPT},
+                         {"role": "user", "content": questions[0]}],
+            "plan": {"questions": questions, "current": 0},
+            "memory": [],   # what the tools returned, in short
+            "pending": [],  # tool calls the model asked for: think → act
+            "answers": [],
+            "turns": 0,     # model calls for the current question
+            "tool_calls": 0,
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0},
+        }
+
+    def step(self, ctx, state):
+        return self.act(ctx, state) if state["pending"] else self.think(ctx, state)
+
+    def think(self, ctx, state):
+        """Ask the model what to do next: call tools, or answer."""
+        inputs = state["inputs"]
+        state["turns"] += 1
+        tools = research.SPECS if state["turns"] < inputs["max_turns"] else []  # last turn: answer
+        reply = ctx.call(chat_completion, inputs["base_url"], inputs["model"], state["messages"],
+                         tools)
+        message = {"role": "assistant", **reply["message"]}
+        state["messages"].append(message)
+        for key in state["usage"]:
+            state["usage"][key] += reply["usage"].get(key, 0)
+        if message.get("tool_calls"):
+            state["pending"] = message["tool_calls"]
+            ctx.log("model calls " + ", ".join(c["function"]["name"] for c in state["pending"]))
+            return state
+        plan = state["plan"]
+        state["answers"].append({"question": plan["questions"][plan["current"]],
+                                 "answer": message.get("content") or ""})
+        ctx.log(f"answer {plan['current'] + 1}/{len(plan['questions'])}: "
+                f"{state['answers'][-1]['answer']}")
+        ctx.progress(plan["current"] + 1, len(plan["questions"]))
+        plan["current"] += 1
+        if plan["current"] == len(plan["questions"]):
+            return Done({"answer": state["answers"][-1]["answer"], "answers": state["answers"],
+                         "memory": state["memory"], "tool_calls": state["tool_calls"],
+                         "usage": state["usage"]})
+        state["messages"].append({"role": "user", "content": plan["questions"][plan["current"]]})
+        state["turns"] = 0
+        return state
+
+    def act(self, ctx, state):
+        """Run the tool calls the model asked for; their results go back as tool messages."""
+        for call in state["pending"]:
+            result = self.use_tool(ctx, state, call)
+            state["tool_calls"] += 1
+            state["memory"].append(remember(call["function"]["name"], result))
+            state["messages"].append({"role": "tool", "tool_call_id": call["id"],
+                                      "content": json.dumps(result)})
+        state["pending"] = []
+        return state
+
+    def use_tool(self, ctx, state, call: dict) -> dict:
+        inputs, name = state["inputs"], call["function"]["name"]
+        try:
+            args = json.loads(call["function"]["arguments"] or "{}")
+            if name == "search_pages":
+                params = site.site_params(inputs["site_pages"], inputs["latency_ms"], 0.0)
+                how = (research.search_pages, inputs["site_url"].rstrip("/"), params,
+                       inputs["search_scan"], str(args["query"]))
+            elif name == "calculator":
+                how = (research.calculator, str(args["expression"]))
+            elif name == "write_note":
+                how = (research.write_note, inputs["target_url"].rstrip("/"),
+                       f"{ctx.run_id}-note-{call['id']}", str(args["title"]), str(args["body"]))
+            else:
+                return {"error": f"there is no tool named {name!r}"}
+        except (ValueError, KeyError, TypeError) as exc:  # the model sent bad arguments
+            return {"error": f"bad arguments for {name}: {exc}"}
+        try:
+            return ctx.call(*how)
+        except ToolFailedError as failure:  # the model sees the error and may try again
+            return {"error": failure.message}
+
+
+def remember(name: str, result) -> str:
+    """One line of working memory from a tool result."""
+    if "error" in result:
+        return f"{name} failed: {result['error']}"
+    if name == "search_pages":
+        top = result["hits"][0]["title"] if result["hits"] else "none"
+        return f"search '{result['query']}': {result['count']} pages match, top: {top}"
+    if name == "calculator":
+        return f"calculator: {result['expression']} = {result['result']}"
+    return f"note {result['id']}: {result['title']}"

@@ -119,9 +119,10 @@ def available_actions(run: Run) -> list[str]:
     """The actions that make sense now (the engine still checks each one)."""
     kind = (run.attention or {}).get("kind")
     by_status = {
-        r.RUNNING: ["resume", "cancel"] if run.control == r.PAUSE else ["pause", "cancel"],
-        r.QUEUED: ["pause", "cancel"],
-        r.WAITING: ["pause", "cancel"],
+        # a rollback takes a running run over: its worker is fenced off at its next write
+        r.RUNNING: (["resume"] if run.control == r.PAUSE else ["pause"]) + ["cancel", "rollback"],
+        r.QUEUED: ["pause", "cancel", "rollback"],
+        r.WAITING: ["pause", "cancel", "rollback"],
         r.PAUSED: ["resume", "cancel", "edit", "rollback"],
         r.FAILED: ["retry", "upgrade", "edit", "rollback"],
         r.SUCCEEDED: ["rollback"],

@@ -79,3 +79,37 @@ def in_doubt_run(user, charges: int = 2) -> Run:
     run.refresh_from_db()
     assert run.attention["kind"] == "in_doubt", run.attention
     return run
+
+
+# --- the browser -----------------------------------------------------------------------------
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture
+def operator_page(monkeypatch, server, users):
+    """A browser page logged in as charlie on the real Daphne server. Started after
+    the database fixtures: Playwright's sync API keeps an event loop in this thread,
+    and the ORM calls the test makes between browser steps are plain sync calls."""
+    import os
+
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    ensure_operators_group()
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1360, "height": 1000})
+        context.set_default_timeout(20_000)
+        page = context.new_page()
+        page.goto(f"{server.url}/login/")
+        page.fill("#id_username", "charlie")
+        page.fill("#id_password", "charlie-pass-1")
+        page.click("button[type=submit]")
+        page.wait_for_load_state()
+        yield page
+        context.close()
+        browser.close()

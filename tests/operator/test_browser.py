@@ -1,0 +1,120 @@
+"""One operator flow in a real browser against Daphne and real workers: pause, resume
+(also from elsewhere, seen live), roll back with its preview, edit the state, and
+resolve an in-doubt effect. The run's events and audit entries match the clicks."""
+
+import json
+
+import pytest
+
+from runs import services
+from runs.models import AuditEntry, Effect, Run, RunEvent
+from tests.support.processes import wait_until
+
+pytestmark = [pytest.mark.services, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+AGENTS = "tests.workload_agents,tests.operator.agents"
+
+
+def summary_status(page, status, timeout=10_000):
+    page.wait_for_selector(f'#run-summary [data-status="{status}"]', timeout=timeout)
+
+
+def click_action(page, action, reason):
+    page.fill('#action-form input[name="reason"]', reason)
+    page.click(f'#action-form button[value="{action}"]')
+    page.wait_for_load_state()
+
+
+def test_operator_flow_in_a_browser(operator_page, server, start_cluster, faults_dir, users):
+    page = operator_page
+    start_cluster(workers=2, AGENTOPS_AGENT_MODULES=AGENTS)
+    run = services.run_launch(user=users["alice"], agent="ledger",
+                              inputs={"steps": 400, "delay": 0.05, "charge": True})
+    url = f"{server.url}/ops/runs/{run.pk}/"
+    page.goto(url)
+    summary_status(page, "running")
+    wait_until(lambda: Run.objects.get(pk=run.pk).step_no >= 3, 20, message="three steps")
+
+    # pause → paused, live; resume → running
+    click_action(page, "pause", "browser pause")
+    summary_status(page, "paused", timeout=5000)
+    assert Run.objects.get(pk=run.pk).status == "paused"
+    click_action(page, "resume", "browser resume")
+    summary_status(page, "running")
+
+    # an action taken elsewhere shows live on this open page
+    services.run_pause(run_id=run.pk, user=users["charlie"], reason="from the shell")
+    summary_status(page, "paused", timeout=5000)
+    page.wait_for_selector('#audit li:has-text("from the shell")')
+    click_action(page, "resume", "go on")
+    summary_status(page, "running")
+
+    # rollback with preview
+    page.select_option('#rollback-pick select[name="checkpoint"]', "3")
+    page.click('#rollback-pick button[type="submit"]')
+    page.wait_for_selector("#rollback-preview")
+    assert page.locator("#idempotent-effects tbody tr[data-key]").count() >= 2
+    assert page.locator("#not-idempotent-effects tbody tr[data-key]").count() >= 2
+    assert "write_entry" in page.inner_text("#idempotent-effects")
+    assert "charge" in page.inner_text("#not-idempotent-effects")
+    page.fill('#rollback-confirm input[name="reason"]', "browser rollback")
+    page.click('#rollback-confirm button[type="submit"]')
+    page.wait_for_url(url)
+    page.wait_for_selector('#run-branch:has-text("2")')
+    wait_until(lambda: Effect.objects.filter(run_id=run.pk, branch=2).count() >= 2, 20,
+               message="work on the new branch")
+
+    # edit the state: pause, edit, resume, and it finishes with the edited state
+    click_action(page, "pause", "before the edit")
+    try:
+        summary_status(page, "paused", timeout=5000)
+    except Exception:
+        print(page.inner_text("main")[:3000])
+        print(Run.objects.filter(pk=run.pk).values("status", "control", "lease_owner", "branch").get())
+        raise
+    page.click("#edit-state-link")
+    page.wait_for_selector("#edit-state-form")
+    state = json.loads(page.input_value("#id_state"))
+    state.update(i=398, total=-1)
+    page.fill("#id_state", "{ not json")
+    page.fill('#edit-state-form input[name="reason"]', "browser edit")
+    page.click('#edit-state-form button[type="submit"]')
+    page.wait_for_selector('#edit-state-form .error:has-text("Not valid JSON")')
+    page.fill("#id_state", json.dumps(state, indent=2))
+    page.fill('#edit-state-form input[name="reason"]', "browser edit")
+    page.click('#edit-state-form button[type="submit"]')
+    page.wait_for_url(url)
+    page.wait_for_selector('#run-branch:has-text("3")')
+    click_action(page, "resume", "finish it")
+    summary_status(page, "succeeded", timeout=20_000)
+    finished = Run.objects.get(pk=run.pk)
+    assert finished.output == {"entries": 400, "total": -1 + 398 + 399}
+    expected = [("pause", "browser pause"), ("resume", "browser resume"),
+                ("pause", "from the shell"), ("resume", "go on"),
+                ("rollback", "browser rollback"), ("pause", "before the edit"),
+                ("edit_state", "browser edit"), ("resume", "finish it")]
+    assert [(e.action, e.reason) for e in
+            AuditEntry.objects.filter(run=run).order_by("created_at", "id")] == expected
+    assert [(e.data["action"], e.data["reason"]) for e in
+            RunEvent.objects.filter(run=run, kind="audit").order_by("seq")] == expected
+    assert page.locator("#audit li").count() == len(expected)
+
+    # resolve an in-doubt effect: a worker is killed after a charge, before its log
+    (faults_dir / "after_effect_before_log").write_text("kill@charger")
+    doubtful = services.run_launch(user=users["bob"], agent="charger", inputs={"steps": 2})
+    wait_until(lambda: Run.objects.get(pk=doubtful.pk).status == "needs_attention", 30,
+               message="in doubt")
+    page.goto(f"{server.url}/ops/attention/")
+    page.wait_for_selector(f'section[data-run="{doubtful.pk}"] .in-doubt')
+    page.click(f'section[data-run="{doubtful.pk}"] header a')
+    page.wait_for_selector("#resolve-form")
+    page.check('#resolve-form input[value="done"]')
+    page.fill("#resolve-form textarea", '{"charged": 0, "unit": "unit-0"}')
+    page.fill('#resolve-form input[name="reason"]', "seen in the bank")
+    page.click('#resolve-form button[type="submit"]')
+    summary_status(page, "succeeded", timeout=20_000)
+    key = Run.objects.get(pk=doubtful.pk).attention  # cleared once resolved
+    assert key is None
+    resolved = Effect.objects.get(run_id=doubtful.pk, step_no=1, seq=0)
+    assert (resolved.resolution, resolved.result) == ("done", {"charged": 0, "unit": "unit-0"})
+    assert [(e.action, e.reason) for e in AuditEntry.objects.filter(run=doubtful)] == [
+        ("resolve", "seen in the bank")]

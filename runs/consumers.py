@@ -149,6 +149,9 @@ class LiveHub:
         feed.subscribers.discard(subscriber)
         if not feed.subscribers:
             del self.feeds[run_id]
+        if not self.feeds and self.task is not None:
+            self.task.cancel()  # nobody left to follow: stop polling now
+            self.task = None
 
     def poke(self, run_id: str, seq: int) -> None:
         """A wake-up from the channel layer: the run has events up to `seq`."""

@@ -144,10 +144,11 @@ else:
 # (STACK-NOTES). The run's lease, not the broker, decides who runs a run, so a
 # re-delivered task is harmless. timeout < retry, or django-q2 re-delivers
 # running tasks; runs yield after AGENTOPS_TIME_SLICE seconds, far below both.
+AGENTOPS_WORKERS = env_int("AGENTOPS_WORKERS", 4 if IS_POSTGRES else 2)
 Q_CLUSTER = {
     "name": os.environ.get("Q_CLUSTER_NAME", "agentops"),
     "orm": "default",
-    "workers": env_int("AGENTOPS_WORKERS", 4 if IS_POSTGRES else 2),
+    "workers": AGENTOPS_WORKERS,
     "timeout": env_int("AGENTOPS_TASK_TIMEOUT", 600),
     "retry": env_int("AGENTOPS_TASK_RETRY", 660),
     "max_attempts": 1,
@@ -157,7 +158,8 @@ Q_CLUSTER = {
     "catch_up": False,
     "recycle": 1000,
     "guard_cycle": 0.5,
-    "queue_limit": 4,
+    # one spare task per worker: a frozen worker's cluster can strand only a few
+    "queue_limit": AGENTOPS_WORKERS,
     "bulk": 1,
 }
 
@@ -166,7 +168,8 @@ AGENTOPS = {
     "LEASE_SECONDS": env_float("AGENTOPS_LEASE_SECONDS", 5.0),
     "TIME_SLICE_SECONDS": env_float("AGENTOPS_TIME_SLICE", 5.0),
     "SWEEP_INTERVAL": env_float("AGENTOPS_SWEEP_INTERVAL", 0.5),
-    "REQUEUE_AFTER_SECONDS": env_float("AGENTOPS_REQUEUE_AFTER", 30.0),
+    "REQUEUE_AFTER_SECONDS": env_float("AGENTOPS_REQUEUE_AFTER", 60.0),
+    "REQUEUE_STUCK_SECONDS": env_float("AGENTOPS_REQUEUE_STUCK", 3.0),
     "CRASH_LOOP_LIMIT": env_int("AGENTOPS_CRASH_LOOP_LIMIT", 3),
     "AGENT_MODULES": env_list("AGENTOPS_AGENT_MODULES"),
     "FAULTS_DIR": os.environ.get("AGENTOPS_FAULTS_DIR", ""),

@@ -64,8 +64,10 @@ class Run(models.Model):
             models.Index(fields=["status", "-created_at"], name="run_status_created"),
             models.Index(fields=["agent", "-created_at"], name="run_agent_created"),
             models.Index(fields=["-created_at"], name="run_created"),
-            # the sweep: claimable runs
-            models.Index(fields=["status", "lease_expires_at"], name="run_sweep_lease",
+            # The sweep's claimable runs. lease_expires_at is deliberately not indexed:
+            # every effect commit extends the lease, and an update that touches no
+            # indexed column can be a HOT update (no index writes).
+            models.Index(fields=["status"], name="run_sweep_active",
                          condition=Q(status__in=[r.QUEUED, r.RUNNING])),
             models.Index(fields=["wake_at"], name="run_sweep_wake", condition=Q(status=r.WAITING)),
             models.Index(fields=["lease_owner"], name="run_lease_owner",
@@ -90,7 +92,9 @@ class Run(models.Model):
 
 
 class Checkpoint(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    # indexed by the (run, number) constraint
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints",
+                            db_index=False)
     number = models.IntegerField()
     branch = models.IntegerField()
     step_no = models.IntegerField()
@@ -111,7 +115,8 @@ class Checkpoint(models.Model):
 
 
 class Effect(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="effects")
+    # indexed by the (run, branch, step_no, seq) constraint
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="effects", db_index=False)
     branch = models.IntegerField()
     step_no = models.IntegerField()
     seq = models.IntegerField()
@@ -130,6 +135,7 @@ class Effect(models.Model):
     resolution = models.CharField(max_length=10, blank=True, default="")
     superseded = models.BooleanField(default=False)
     worker = models.CharField(max_length=200, blank=True, default="")
+    epoch = models.BigIntegerField(default=0, help_text="the fencing epoch of the writer")
 
     class Meta:
         ordering = ["run", "branch", "step_no", "seq"]
@@ -137,7 +143,6 @@ class Effect(models.Model):
             models.UniqueConstraint(fields=["run", "branch", "step_no", "seq"], name="effect_unique_position"),
             models.UniqueConstraint(fields=["key"], name="effect_unique_key"),
         ]
-        indexes = [models.Index(fields=["run", "branch", "step_no"], name="effect_replay")]
 
     def __str__(self):
         return f"{self.tool} @ {self.branch}/{self.step_no}/{self.seq} ({self.status})"
@@ -150,7 +155,8 @@ class Effect(models.Model):
 
 
 class RunEvent(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    # indexed by the (run, seq) constraint
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", db_index=False)
     seq = models.BigIntegerField()
     kind = models.CharField(max_length=30)
     data = models.JSONField(default=dict)

@@ -13,6 +13,7 @@ from datetime import datetime, timezone as dt_timezone
 from django.db import connection, transaction
 from django.db.models import BooleanField, ExpressionWrapper, F, Q
 
+from runs import store_pg
 from runs.durable import records as r
 from runs.durable.errors import FencedError, RunNotFoundError
 from runs.durable.faults import faults
@@ -20,7 +21,7 @@ from runs.models import AuditEntry, Checkpoint, Effect, Run, RunEvent
 
 RUN_TIME_FIELDS = {"lease_expires_at", "wake_at", "suspended_at", "created_at", "updated_at"}
 EFFECT_UPDATE_FIELDS = ["status", "result", "error", "attempts", "finished_at", "resolution",
-                        "superseded", "worker", "started_at"]
+                        "superseded", "worker", "started_at", "epoch"]
 
 
 def to_dt(ts: float | None) -> datetime | None:
@@ -77,6 +78,14 @@ class OrmStore:
         return r.Claim(run_record(row), row.claimed_after_crash)
 
     def commit(self, run_id: str, epoch: int, commit: r.Commit) -> r.CommitResult:
+        if store_pg.fast_path_applies(commit):
+            row = store_pg.commit_in_one_statement(run_id, epoch, commit)
+            if row is None:
+                self._get(run_id)
+                raise FencedError(run_id, epoch)  # a newer owner claimed the run
+            if self.notify is not None and commit.events:
+                self.notify(run_id, row[1])
+            return r.CommitResult(row[0], row[1], row[2], None)
         fields = {name: (to_dt(value) if name in RUN_TIME_FIELDS else value)
                   for name, value in commit.run.items()}
         new_events = len(commit.events) + (1 if commit.checkpoint is not None else 0)
@@ -91,7 +100,8 @@ class OrmStore:
         if fields.get("status") in r.FINAL_STATUSES:
             fields["finished_at"] = now_dt
         with transaction.atomic():
-            if Run.objects.filter(pk=run_id, epoch=epoch).update(**fields) != 1:
+            guard = {"status": commit.expect_status} if commit.expect_status else {}
+            if Run.objects.filter(pk=run_id, epoch=epoch, **guard).update(**fields) != 1:
                 self._get(run_id)  # RunNotFoundError if it is gone
                 raise FencedError(run_id, epoch)  # a newer owner claimed the run
             row = Run.objects.values("epoch", "event_seq", "control", "checkpoint_count",
@@ -202,7 +212,7 @@ def effect_record(row: Effect) -> r.EffectRecord:
         digest=row.digest, key=row.key, idempotent=row.idempotent, status=row.status,
         args_preview=row.args_preview, result=row.result, error=row.error, attempts=row.attempts,
         started_at=to_ts(row.started_at) or 0.0, finished_at=to_ts(row.finished_at),
-        resolution=row.resolution, superseded=row.superseded, worker=row.worker)
+        resolution=row.resolution, superseded=row.superseded, worker=row.worker, epoch=row.epoch)
 
 
 def effect_row(run_id: str, e: r.EffectRecord) -> Effect:
@@ -211,4 +221,4 @@ def effect_row(run_id: str, e: r.EffectRecord) -> Effect:
                   status=e.status, args_preview=e.args_preview, result=e.result, error=e.error,
                   attempts=e.attempts, started_at=to_dt(e.started_at or None),
                   finished_at=to_dt(e.finished_at), resolution=e.resolution,
-                  superseded=e.superseded, worker=e.worker)
+                  superseded=e.superseded, worker=e.worker, epoch=e.epoch)

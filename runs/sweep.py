@@ -19,6 +19,7 @@ import psutil
 from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
+from django_q.brokers import get_broker
 
 from runs.models import Run
 from runs.store import due_runs_queryset
@@ -28,10 +29,21 @@ logger = logging.getLogger("agentops.sweep")
 
 
 def sweep(limit: int = 500) -> int:
-    """Enqueue due runs; return how many were enqueued."""
+    """Enqueue due runs; return how many were enqueued.
+
+    A run whose task was enqueued but not taken may have its task stuck in the
+    local queue of a cluster whose worker is frozen or dead; the task is then
+    re-enqueued (duplicates are harmless: the claim decides). When the broker
+    has a backlog, an unclaimed run is simply waiting its turn, so re-enqueueing
+    is held back to the slow REQUEUE_AFTER_SECONDS.
+    """
     expire_dead_local_leases()
     now = timezone.now()
-    stale = now - timedelta(seconds=settings.AGENTOPS["REQUEUE_AFTER_SECONDS"])
+    conf = settings.AGENTOPS
+    backlog = get_broker().queue_size()
+    wait = conf["REQUEUE_STUCK_SECONDS"] if backlog < settings.Q_CLUSTER["workers"] else \
+        conf["REQUEUE_AFTER_SECONDS"]
+    stale = now - timedelta(seconds=wait)
     not_enqueued = Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=stale)
     due = list(due_runs_queryset(time.time()).filter(not_enqueued)
                .order_by("updated_at").values_list("id", flat=True)[:limit])
@@ -46,7 +58,7 @@ def sweep(limit: int = 500) -> int:
 
 def expire_dead_local_leases() -> int:
     host = socket.gethostname()
-    held = Run.objects.filter(lease_owner__startswith=f"{host}:",
+    held = Run.objects.filter(lease_owner__startswith=f"{host}:", lease_expires_at__gt=timezone.now(),
                               status__in=["queued", "running", "waiting"])
     expired = 0
     for run_id, owner in held.values_list("id", "lease_owner"):

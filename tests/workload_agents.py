@@ -114,3 +114,18 @@ def shout(ctx, inputs):
     """Writes markup into its log and output (escaping must hold)."""
     ctx.log("<script>window.__pwned = 1</script><b>bold</b>")
     return {"html": "<script>window.__pwned = 2</script>", "text": inputs.get("text", "")}
+
+
+@tool(idempotent=True)
+def kill_my_worker(*, idempotency_key: str) -> None:
+    os.kill(os.getpid(), 9)
+
+
+@agent("crasher", version="1")
+class Crasher(Agent):
+    """Kills its worker in step 2, every time: the crash-loop guard must stop it."""
+
+    def step(self, ctx, state):
+        if ctx.step_no == 2:
+            ctx.call(kill_my_worker)
+        return state if ctx.step_no < 3 else Done("unreachable")

@@ -215,6 +215,10 @@ def _act(store, run_id, action, actor, reason, decide, details=None) -> r.RunRec
                                      before=_summary(run), after={**after, **(details or {})})
         commit.events.append(("audit", {"action": action, "actor": actor, "reason": reason,
                                         **(details or {})}))
+        commit.expect_status = run.status
+        if commit.take_over:
+            # The old owner is fenced off by the new epoch; its lease means nothing now.
+            commit.release = True
         try:
             store.commit(run_id, run.epoch, commit)
         except FencedError:

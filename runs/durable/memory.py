@@ -62,7 +62,7 @@ class MemoryStore:
     def commit(self, run_id: str, epoch: int, commit: r.Commit) -> r.CommitResult:
         with self._lock:
             run = self._get(run_id)
-            if run.epoch != epoch:
+            if run.epoch != epoch or (commit.expect_status and run.status != commit.expect_status):
                 raise FencedError(run_id, epoch)
             staged = copy.deepcopy(run)  # all-or-nothing, like a transaction
             effects = dict(self.effects[run_id])

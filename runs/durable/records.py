@@ -83,6 +83,7 @@ class EffectRecord:
     resolution: str = ""
     superseded: bool = False
     worker: str = ""
+    epoch: int = 0  # the writer's fencing epoch: audits prove no fenced write landed
 
     @property
     def position(self) -> tuple[int, int, int]:
@@ -143,6 +144,9 @@ class Commit:
     supersede: Supersede | None = None
     release: bool = False
     take_over: bool = False
+    # Apply only if the run still has this status: an operator decided on what it
+    # saw, and releasing a run does not move its epoch.
+    expect_status: str | None = None
 
 
 @dataclass

@@ -119,7 +119,7 @@ class RunSession:
             self._commit(r.Commit(run=run_update, events=[
                 ("status", {"status": r.RUNNING, "resumed_from": loaded.checkpoint.number,
                             "after": "crash" if self.crashed else "suspension" if away else "slice",
-                            "worker": self.owner})]))
+                            "worker": self.owner, "epoch": self.epoch})]))
             if away and agent.has_on_resume():
                 try:
                     state = self._on_resume(agent, state, step_no)
@@ -297,7 +297,7 @@ class RunSession:
         events = []
         if status_event:
             events.append(("status", {"status": r.RUNNING, "event": status_event,
-                                      "worker": self.owner}))
+                                      "worker": self.owner, "epoch": self.epoch}))
         result = self._commit(r.Commit(run=update, checkpoint=checkpoint, events=events))
         self.run.step_no = step_no
         faults.hit("after_checkpoint", self.run.agent)
@@ -337,6 +337,8 @@ class RunSession:
 
     def _commit(self, commit: r.Commit) -> r.CommitResult:
         with self._lock:
+            for record in self._buffer:
+                record.epoch = self.epoch
             effect_events = [("effect", _effect_event(e)) for e in self._buffer if e.kind == r.CALL]
             commit.effects = self._buffer + commit.effects
             commit.events = self._events + effect_events + commit.events

@@ -129,6 +129,7 @@ def test_sigstop_zombie_writes_are_refused(server, start_cluster):
     first = start_cluster(workers=1, name="a", **env)
     [run_id] = launch_steps(1, steps=30, delay=0.2)
     wait_until(lambda: holder_pid(run_id) in first.worker_pids(), 30, message="a owns it")
+    wait_until(lambda: Run.objects.get(pk=run_id).step_no >= 3, 30, message="three steps")
     zombie_pid = holder_pid(run_id)
     zombie = Run.objects.get(pk=run_id).lease_owner
     os.kill(zombie_pid, signal.SIGSTOP)
@@ -143,10 +144,13 @@ def test_sigstop_zombie_writes_are_refused(server, start_cluster):
         os.kill(zombie_pid, signal.SIGCONT)
     run = wait_final([run_id])[run_id]
     assert run.status == "succeeded" and run.output == expected_output(30)
-    takeover = RunEvent.objects.filter(run_id=run_id, kind="status", data__after="crash").first()
-    print(list(RunEvent.objects.filter(run_id=run_id, kind="status").values_list("seq", "data")))
-    late = Effect.objects.filter(run_id=run_id, worker=zombie, finished_at__gt=takeover.created_at)
-    assert not late.exists(), "the zombie wrote after it was fenced"
+    zombie_epoch = stopped_at_epoch
+    takeover = min((e for e in RunEvent.objects.filter(run_id=run_id, kind="status")
+                    if e.data.get("epoch", 0) > zombie_epoch), key=lambda e: e.seq)
+    assert Effect.objects.filter(run_id=run_id, epoch=zombie_epoch, worker=zombie).exists()
+    late = Effect.objects.filter(run_id=run_id, epoch__lte=zombie_epoch,
+                                 finished_at__gt=takeover.created_at)
+    assert not late.exists(), "a write from a fenced epoch landed after the take-over"
     assert_consistent(run)
     assert len(assert_outside_world_clean([run_id])) == 30
 

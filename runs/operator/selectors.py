@@ -18,8 +18,7 @@ from runs.durable import records as r
 from runs.models import AuditEntry, Checkpoint, Effect, Run, RunEvent, WorkerHeartbeat
 
 PAGE_SIZE = 50
-SORT_FIELDS = {"-created": "created_at", "created": "created_at",
-               "-updated": "updated_at", "updated": "updated_at"}
+SORT_FIELDS = {"-created": "created_at", "created": "created_at"}
 HEX = re.compile(r"^[0-9a-f]{4,32}$")
 RUN_ID_LENGTH = 32
 STALLABLE = (r.QUEUED, r.RUNNING)

@@ -64,12 +64,10 @@ def test_pages_cover_every_run_once_in_order_both_ways(ops, users, same_time):
     assert backwards == [pages[1], pages[0]]
 
 
-def test_oldest_first_and_by_activity(ops, users):
+def test_oldest_first(ops, users):
     runs = make_runs(60, owner=users["alice"])
     oldest = walk(ops, "/ops/?sort=created")
     assert sum(oldest, []) == [r.id for r in sorted(runs, key=lambda r: (r.created_at, r.id))]
-    Run.objects.filter(pk=runs[-1].id).update(updated_at=NOW + timedelta(hours=1))
-    assert run_ids(ops.get("/ops/?sort=-updated"))[0] == runs[-1].id
 
 
 def test_filters(ops, users):
@@ -129,7 +127,7 @@ def count_queries(ops, url):
 
 def test_queries_per_page_do_not_grow_with_runs(ops, users):
     make_runs(3, owner=users["alice"])
-    small = {url: count_queries(ops, url) for url in ("/ops/", "/ops/?owner=alice&sort=-updated")}
+    small = {url: count_queries(ops, url) for url in ("/ops/", "/ops/?owner=alice&sort=created")}
     runs = make_runs(3000, owner=users["bob"], start=10)
     for run in runs[:200]:
         Checkpoint.objects.create(run=run, number=1, branch=1, step_no=1, codec="json", blob=b"{}",

@@ -71,10 +71,9 @@ class Crawl(Agent):
             # left to replay: a replayed step must see the state it saw the first time.
             self.requeue(ctx, crawl, state["drift"])
             state["drift"] = None
-        if not crawl.frontier:
-            # Every page found is fetched. Did any change meanwhile? Then fetch it again.
-            if not self.requeue(ctx, crawl, self.changes(ctx, state)):
-                return Done(crawl.report())
+        # Every page found is fetched? Unless some changed meanwhile (fetch those again), done.
+        if not crawl.frontier and not self.requeue(ctx, crawl, self.changes(ctx, state)):
+            return Done(crawl.report())
         for n in crawl.take(state["batch"]):
             try:
                 crawl.add_page(ctx.call(site.fetch_page, crawl.url(n)))
@@ -150,7 +149,7 @@ class Migrate(Agent):
         """Read a batch, transform it, write it as one record under this step's key."""
         page = ctx.call(dataset.read_rows, state["source_url"], state["offset"],
                         state["batch_size"], state["rows"], state["seed"])
-        rows = [dataset.transform(row) for row in page["rows"]]
+        rows = [self.transform(row) for row in page["rows"]]
         unit = f"{ctx.run_id}-batch-{state['offset']}"
         written = ctx.call(dataset.write_batch, state["target_url"], unit, rows)
         if written["checksum"] != dataset.checksum(rows):
@@ -166,6 +165,10 @@ class Migrate(Agent):
             state["phase"] = "verify"
         ctx.progress(state["copied"], state["rows"], f"batch {state['batches']}: {unit}")
         return state
+
+    def transform(self, row: dict) -> dict:
+        """The migration's business rule, one row at a time (pure: replays must agree)."""
+        return dataset.transform(row)
 
     def verify(self, ctx, state):
         """Read the target back; every count and checksum must match the source."""
@@ -233,6 +236,8 @@ class Assistant(Agent):
         },
     }
 
+    tools = research.SPECS  # what the model may call (see use_tool)
+
     def start(self, inputs):
         questions = [inputs["question"], *inputs["follow_ups"]]
         return {
@@ -255,7 +260,8 @@ class Assistant(Agent):
         """Ask the model what to do next: call tools, or answer."""
         inputs = state["inputs"]
         state["turns"] += 1
-        tools = research.SPECS if state["turns"] < inputs["max_turns"] else []  # last turn: answer
+        last_turn = state["turns"] >= inputs["max_turns"]
+        tools = [] if last_turn else self.tools  # no tools on the last turn: it must answer
         reply = ctx.call(chat_completion, inputs["base_url"], inputs["model"], state["messages"],
                          tools)
         message = {"role": "assistant", **reply["message"]}

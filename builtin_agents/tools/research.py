@@ -87,12 +87,14 @@ def evaluate(expression: str) -> int | float:
         raise CalculatorError(f"expression longer than {MAX_EXPRESSION} characters")
     try:
         tree = ast.parse(expression.strip(), mode="eval")
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError):
         raise CalculatorError(f"not an arithmetic expression: {expression!r}") from None
     try:
         value = _eval(tree.body)
-    except (ZeroDivisionError, OverflowError) as exc:
-        raise CalculatorError(f"{expression!r}: {exc}") from None
+    except (ZeroDivisionError, OverflowError, RecursionError) as exc:
+        raise CalculatorError(f"{expression!r}: {type(exc).__name__}: {exc}") from None
+    if isinstance(value, complex):  # (-8) ** 0.5
+        raise CalculatorError(f"{expression!r} has no real value")
     if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 53:
         value = int(value)
     return value

@@ -1,0 +1,96 @@
+"""Driving the built-in agents on real workers: launch, kill, resolve, check downstream."""
+
+import os
+import signal
+from collections import Counter
+
+from runs import services
+from runs.models import Run
+from sandbox.models import KeyCall, Notification, Record
+from tests.crash.helpers import assert_consistent, holder_pid
+from tests.support.processes import wait_until
+
+FINAL = ("succeeded", "failed", "cancelled")
+
+
+def cluster_env(server) -> dict:
+    # A short lease: a killed worker's run is taken over within seconds.
+    return {"AGENTOPS_SANDBOX_URL": f"{server.url}/sandbox", "AGENTOPS_LEASE_SECONDS": 2}
+
+
+def launch(agent: str, inputs: dict) -> str:
+    return services.run_launch(user=None, agent=agent, inputs=inputs).id
+
+
+def kill_holder(run_id: str, cluster, milestones, timeout: float = 60) -> list[int]:
+    """SIGKILL the worker that holds the run, once per milestone.
+
+    Each milestone is a predicate on the Run row; the next kill waits until a new
+    worker has taken the run over and the milestone is reached, so every kill
+    lands mid-run, in a different stretch of it.
+    """
+    killed = []
+    for number, reached in enumerate(milestones, start=1):
+        def victim(number=number, reached=reached):
+            run = Run.objects.get(pk=run_id)
+            assert run.status not in FINAL, f"the run ended ({run.status}) before kill {number}"
+            pid = holder_pid(run_id)
+            if (run.status == "running" and pid and pid not in killed
+                    and pid in cluster.worker_pids() and reached(run)):
+                return pid
+            return None
+
+        pid = wait_until(victim, timeout, interval=0.02, message=f"kill {number} of {run_id}")
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+    return killed
+
+
+def wait_final(run_ids, timeout: float = 120, in_doubt_unit=None) -> dict:
+    """Wait for every run to end. An in-doubt effect is resolved as an operator would:
+    look downstream for the notification (``in_doubt_unit(run_id)``), then say "done"
+    (with what arrived) if it is there, "retry" if it is not."""
+
+    def all_final():
+        for run in Run.objects.filter(pk__in=run_ids, status="needs_attention"):
+            attention = run.attention or {}
+            assert attention.get("kind") == "in_doubt" and in_doubt_unit, \
+                f"run {run.id} needs attention: {attention}"
+            arrived = Notification.objects.filter(unit=in_doubt_unit(run.id)).first()
+            services.run_resolve_effect(
+                run_id=run.id, seq=attention["seq"], user="test-operator",
+                resolution="done" if arrived else "retry",
+                result={"id": arrived.pk, "count": 1} if arrived else None,
+                reason="looked downstream")
+        runs = Run.objects.filter(pk__in=run_ids)
+        return len(runs) == len(run_ids) and all(r.status in FINAL for r in runs)
+
+    wait_until(all_final, timeout, interval=0.1, message=f"runs {run_ids} to end")
+    runs = {r.id: r for r in Run.objects.filter(pk__in=run_ids)}
+    for run in runs.values():
+        assert run.status == "succeeded", (run.status, run.error, run.attention)
+        assert_consistent(run)
+    return runs
+
+
+def assert_nothing_reached_the_target_twice(run_id: str) -> Counter:
+    """No unit of work recorded twice, no key reused for other work, no notification
+    repeated. Returns the records per unit."""
+    per_unit = Counter(Record.objects.filter(unit__startswith=f"{run_id}-")
+                       .values_list("unit", flat=True))
+    assert max(per_unit.values(), default=1) == 1, \
+        f"a unit reached the target twice: {[u for u, n in per_unit.items() if n > 1]}"
+    keys = KeyCall.objects.filter(key__startswith=f"{run_id}:")
+    assert not keys.filter(mismatches__gt=0).exists(), "a key was reused for other work"
+    notified = Counter(Notification.objects.filter(unit__startswith=f"{run_id}-")
+                       .values_list("unit", flat=True))
+    assert max(notified.values(), default=1) == 1, f"a notification was repeated: {notified}"
+    return per_unit
+
+
+def killed_runs_resumed(run_id: str, kills: int) -> None:
+    """The run was taken over after each kill (a status event says "after crash")."""
+    from runs.models import RunEvent
+
+    crashes = RunEvent.objects.filter(run_id=run_id, kind="status", data__after="crash").count()
+    assert crashes >= kills, f"{crashes} resumes after a crash, expected {kills}"

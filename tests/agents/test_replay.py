@@ -1,0 +1,160 @@
+"""Code changes and versions, on the engine's in-memory store.
+
+A worker dies after some steps of a built-in agent have made their calls but
+before they were checkpointed; a new worker resumes the run by replaying those
+steps. With the same code the replay matches the log and the run finishes with
+the output of an uninterrupted run. With changed code and the same version, the
+replay asks for different calls: the engine stops the run with a
+non-determinism error instead of carrying on. With a new version, it stops the
+run before replaying anything ("code changed: 1 → 2").
+"""
+
+import re
+import time
+
+import pytest
+
+from builtin_agents.agents import Assistant, Crawl, Migrate
+from builtin_agents.tools import research
+from runs.durable import AgentRegistry, Outcome, WorkerConfig, control, execute_run
+from runs.durable.faults import faults
+from runs.durable.memory import MemoryStore
+
+LEASE = 0.2
+
+
+class WorkerDied(BaseException):
+    """The worker stops dead: no release, no checkpoint."""
+
+
+# --- the same agents after a code change that kept the version ------------------------------
+class CrawlHighestFirst(Crawl):
+    """Someone made the crawl visit higher page numbers first."""
+
+    def step(self, ctx, state):
+        state["frontier"].sort(reverse=True)
+        return super().step(ctx, state)
+
+
+class MigrateKeepCents(Migrate):
+    """Someone changed the transform to keep amounts in cents."""
+
+    def transform(self, row):
+        return {**super().transform(row), "amount": row["amount_cents"]}
+
+
+class AssistantWithoutNotes(Assistant):
+    """Someone took the write_note tool away."""
+
+    tools = research.SPECS[:2]
+
+
+class CrawlV2(Crawl):
+    version = "2"
+
+
+def registry(*classes) -> AgentRegistry:
+    reg = AgentRegistry()
+    for cls in classes:
+        reg.register(cls)
+    return reg
+
+
+def inputs_for(name: str, sandbox: str) -> dict:
+    return {
+        "crawl": {"site_url": f"{sandbox}/site", "pages": 60, "latency_ms": 0,
+                  "error_rate": 0.0, "batch": 2},
+        "migrate": {"source_url": f"{sandbox}/dataset/rows", "target_url": f"{sandbox}/api",
+                    "rows": 400, "batch_size": 100},
+        "assistant": {"base_url": f"{sandbox}/llm/v1", "site_url": f"{sandbox}/site",
+                      "target_url": f"{sandbox}/api", "latency_ms": 0, "search_scan": 12},
+    }[name]
+
+
+CASES = {
+    # agent: (original, changed) — every case dies in the transaction of the second
+    # checkpoint, so the steps after the first one (step 0, or 20 for crawl) replay.
+    "crawl": (Crawl, CrawlHighestFirst),
+    "migrate": (Migrate, MigrateKeepCents),
+    "assistant": (Assistant, AssistantWithoutNotes),
+}
+
+
+def die_at_second_checkpoint():
+    hits = [0]
+
+    def action():
+        hits[0] += 1
+        if hits[0] == 2:
+            faults.disarm()
+            raise WorkerDied()
+
+    faults.arm("after_checkpoint_before_event", action)
+
+
+def run_until_crash(store, reg, name, sandbox) -> str:
+    run = control.launch(store, agent=name, inputs=inputs_for(name, sandbox), registry=reg)
+    die_at_second_checkpoint()
+    try:
+        with pytest.raises(WorkerDied):
+            execute_run(store, run.id, worker("w1"), registry=reg)
+    finally:
+        faults.disarm()
+    time.sleep(LEASE * 1.5)  # the dead worker's lease runs out
+    return run.id
+
+
+def worker(owner: str) -> WorkerConfig:
+    return WorkerConfig(owner=owner, lease_seconds=LEASE, slice_seconds=600)
+
+
+def finish(store, run_id, reg) -> str:
+    outcome = Outcome.YIELDED
+    while outcome == Outcome.YIELDED:
+        outcome = execute_run(store, run_id, worker("w2"), registry=reg)
+    return outcome
+
+
+def normalised(output):
+    """Note ids are the target's record ids: different in every run."""
+    return re.sub(r"(note|id) \d+", r"\1 N", repr(output))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_same_code_replays_to_the_same_output(name, inproc_sandbox):
+    original, _ = CASES[name]
+    store, reg = MemoryStore(), registry(original)
+    reference = control.launch(store, agent=name, inputs=inputs_for(name, inproc_sandbox),
+                               registry=reg)
+    assert finish(store, reference.id, reg) == Outcome.SUCCEEDED
+    run_id = run_until_crash(store, reg, name, inproc_sandbox)
+    assert finish(store, run_id, reg) == Outcome.SUCCEEDED
+    resumed = store.get(run_id)
+    assert normalised(resumed.output) == normalised(store.get(reference.id).output)
+    assert resumed.step_no > 1
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_changed_code_with_the_same_version_is_caught_by_replay(name, inproc_sandbox):
+    original, changed = CASES[name]
+    assert changed.version == original.version
+    store = MemoryStore()
+    run_id = run_until_crash(store, registry(original), name, inproc_sandbox)
+    assert finish(store, run_id, registry(changed)) == Outcome.NEEDS_ATTENTION
+    run = store.get(run_id)
+    attention = run.attention
+    assert attention["kind"] == "non_determinism", attention
+    assert "non-deterministic replay" in attention["message"]
+    recorded, attempted = attention["recorded"], attention["attempted"]
+    assert recorded["digest"] != attempted["digest"]
+    assert attempted["tool"] == recorded["tool"]  # the same tool, called differently
+    assert run.output is None
+
+
+def test_a_new_version_is_not_resumed_silently(inproc_sandbox):
+    store = MemoryStore()
+    run_id = run_until_crash(store, registry(Crawl), "crawl", inproc_sandbox)
+    assert finish(store, run_id, registry(CrawlV2)) == Outcome.NEEDS_ATTENTION
+    attention = store.get(run_id).attention
+    assert attention["kind"] == "version_drift"
+    assert attention["message"] == "code changed: 1 → 2"

@@ -14,7 +14,6 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from runs.durable.serde import decode_state
 from runs.models import AuditEntry, Checkpoint, Effect, Run, RunEvent, WorkerHeartbeat
 
 
@@ -111,7 +110,7 @@ class CheckpointAdmin(RunLinkMixin, ReadOnlyAdmin):
 
 def pretty(checkpoint: Checkpoint) -> str:
     try:
-        state = decode_state(bytes(checkpoint.blob), checkpoint.codec)
+        state = checkpoint.state()
     except Exception as exc:  # a corrupt blob is shown, not raised
         return f"<cannot decode: {exc}>"
     return json.dumps(state, indent=2, sort_keys=True, ensure_ascii=False)

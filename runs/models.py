@@ -103,6 +103,8 @@ class Checkpoint(models.Model):
     size = models.IntegerField()
     reason = models.CharField(max_length=20, default="step")
     parent_number = models.IntegerField(null=True, blank=True)
+    base_number = models.IntegerField(null=True, blank=True,
+                                      help_text="for a patch: the checkpoint it patches")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -112,6 +114,17 @@ class Checkpoint(models.Model):
 
     def __str__(self):
         return f"checkpoint {self.number} of {self.run_id[:8]} (branch {self.branch}, step {self.step_no})"
+
+    def state(self):
+        """The decoded state; a patch checkpoint is resolved against its bases."""
+        from runs.durable import serde
+
+        if self.codec != serde.PATCH_CODEC:
+            return serde.decode_state(bytes(self.blob), self.codec)
+        window = Checkpoint.objects.filter(run_id=self.run_id, branch=self.branch,
+                                           number__lte=self.number,
+                                           number__gte=self.number - serde.CHAIN_LIMIT - 1)
+        return serde.checkpoint_state(self, list(window))
 
 
 class Effect(models.Model):

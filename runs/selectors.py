@@ -7,7 +7,6 @@ from django.db.models import Count, Q
 from django.http import Http404
 
 from runs.durable import records as r
-from runs.durable.serde import decode_state
 from runs.models import Checkpoint, Effect, Run, RunEvent
 
 ACTIVE_STATUSES = (r.QUEUED, r.RUNNING, r.PAUSED, r.WAITING, r.NEEDS_ATTENTION)
@@ -145,7 +144,7 @@ def checkpoint_get(run: Run, number: int) -> Checkpoint:
 
 
 def checkpoint_state(checkpoint: Checkpoint):
-    return decode_state(bytes(checkpoint.blob), checkpoint.codec)
+    return checkpoint.state()
 
 
 def run_trouble_events(run: Run) -> list[RunEvent]:

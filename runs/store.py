@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from django.db.models import BooleanField, ExpressionWrapper, F, Q
 
 from runs import store_pg
-from runs.durable import records as r
+from runs.durable import records as r, serde
 from runs.durable.errors import FencedError, RunNotFoundError
 from runs.durable.faults import faults
 from runs.models import AuditEntry, Checkpoint, Effect, Run, RunEvent
@@ -55,10 +55,17 @@ class OrmStore:
         checkpoint = (Checkpoint.objects.filter(run_id=run_id, branch=row.branch)
                       .order_by("-step_no", "-number").first())
         after = checkpoint.step_no if checkpoint else 0
+        bases = []
+        if checkpoint is not None and checkpoint.codec == serde.PATCH_CODEC:
+            window = Checkpoint.objects.filter(run_id=run_id, branch=row.branch,
+                                               number__lt=checkpoint.number,
+                                               number__gte=checkpoint.number - serde.CHAIN_LIMIT - 1)
+            chain = serde.chain_to(checkpoint, [checkpoint, *window])
+            bases = [checkpoint_record(c) for c in chain[:-1]]
         effects = Effect.objects.filter(run_id=run_id, branch=row.branch, step_no__gt=after,
                                         superseded=False).order_by("step_no", "seq")
         return r.Loaded(run_record(row), checkpoint_record(checkpoint) if checkpoint else None,
-                        [effect_record(e) for e in effects])
+                        [effect_record(e) for e in effects], bases)
 
     def claim(self, run_id: str, owner: str, lease_seconds: float, now: float) -> r.Claim | None:
         now_dt = to_dt(now)
@@ -197,13 +204,15 @@ def run_record(row: Run) -> r.RunRecord:
 def checkpoint_record(row: Checkpoint) -> r.CheckpointRecord:
     return r.CheckpointRecord(number=row.number, branch=row.branch, step_no=row.step_no,
                               blob=bytes(row.blob), codec=row.codec, reason=row.reason,
-                              parent_number=row.parent_number, created_at=to_ts(row.created_at))
+                              parent_number=row.parent_number, created_at=to_ts(row.created_at),
+                              base_number=row.base_number)
 
 
 def checkpoint_row(run_id: str, c: r.CheckpointRecord, number: int) -> Checkpoint:
     return Checkpoint(run_id=run_id, number=number, branch=c.branch, step_no=c.step_no,
                       codec=c.codec, blob=c.blob, size=c.size, reason=c.reason,
-                      parent_number=c.parent_number, created_at=to_dt(c.created_at))
+                      parent_number=c.parent_number, created_at=to_dt(c.created_at),
+                      base_number=c.base_number)
 
 
 def effect_record(row: Effect) -> r.EffectRecord:

@@ -16,7 +16,7 @@ from . import records as r
 from .errors import (CheckpointNotFoundError, EffectNotFoundError, FencedError,
                      InputValidationError, InvalidTransitionError)
 from .registry import AgentRegistry, registry as default_registry, validate_inputs
-from .serde import check_serializable, decode_state, encode_state
+from .serde import check_serializable, checkpoint_state, encode_state
 
 ATTEMPTS = 5
 RESOLUTIONS = ("done", "retry", "skip")
@@ -63,7 +63,7 @@ def resume(store, run_id: str, *, actor: str, reason: str = "", upgrade: bool = 
                                 events=[("status", {"status": r.QUEUED, "reason": "upgrade"})],
                                 take_over=True)
             latest = _latest_checkpoint(run, history)
-            return _fork(run, history, latest, decode_state(latest.blob, latest.codec),
+            return _fork(run, history, latest, checkpoint_state(latest, history.checkpoints),
                          status=r.QUEUED, reason="upgrade", extra={"agent_version": version})
         attention = (run.attention or {}).get("kind")
         queued = {"status": r.QUEUED, "control": None, "attention": None, "error": None,
@@ -104,7 +104,7 @@ def cancel(store, run_id: str, *, actor: str, reason: str = "") -> r.RunRecord:
 def rollback(store, run_id: str, *, checkpoint: int, actor: str, reason: str = "") -> r.RunRecord:
     def decide(run, history):
         target = _checkpoint(run, history, checkpoint)
-        return _fork(run, history, target, decode_state(target.blob, target.codec),
+        return _fork(run, history, target, checkpoint_state(target, history.checkpoints),
                      status=r.QUEUED, reason="rollback")
     return _act(store, run_id, "rollback", actor, reason, decide, details={"checkpoint": checkpoint})
 

@@ -6,7 +6,7 @@ import copy
 import threading
 import time
 
-from . import records as r
+from . import records as r, serde
 from .errors import FencedError, RunNotFoundError
 from .faults import faults
 
@@ -45,7 +45,9 @@ class MemoryStore:
             effects = sorted((e for e in self.effects[run_id].values()
                               if e.branch == run.branch and e.step_no > after and not e.superseded),
                              key=lambda e: e.position)
-            return r.Loaded(copy.deepcopy(run), copy.deepcopy(checkpoint), copy.deepcopy(effects))
+            bases = serde.chain_to(checkpoint, self.checkpoints[run_id])[:-1] if checkpoint else []
+            return r.Loaded(copy.deepcopy(run), copy.deepcopy(checkpoint), copy.deepcopy(effects),
+                            copy.deepcopy(bases))
 
     def claim(self, run_id: str, owner: str, lease_seconds: float, now: float) -> r.Claim | None:
         with self._lock:

@@ -106,6 +106,7 @@ class CheckpointRecord:
     reason: str = "step"
     parent_number: int | None = None
     created_at: float = 0.0
+    base_number: int | None = None  # for a patch: the checkpoint it patches
 
     @property
     def size(self) -> int:
@@ -173,6 +174,8 @@ class Loaded:
     run: RunRecord
     checkpoint: CheckpointRecord | None
     effects: list[EffectRecord]
+    # when `checkpoint` is a patch: the checkpoints it rests on, full one first
+    bases: list[CheckpointRecord] = field(default_factory=list)
 
 
 @dataclass

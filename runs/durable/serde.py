@@ -13,6 +13,14 @@ from .errors import StateNotSerializableError, StateTooLargeError
 
 COMPRESS_ABOVE = 1024
 MAX_STATE_BYTES = 64 * 1024 * 1024
+# A state above this size is stored as a zstd patch against the previous
+# checkpoint's JSON (like `zstd --patch-from`): a large state that changes a
+# little costs about the change, not the state. Every CHAIN_LIMIT-th checkpoint
+# is a full one, so a resume decodes at most that many patches.
+PATCH_ABOVE = 16 * 1024
+CHAIN_LIMIT = 32
+PATCH_CODEC = "json+zstd-patch"
+_PATCH_LEVEL = 6  # with long-distance matching: a 1 KB change in 1 MB patches to < 1 KB
 _JSON_SCALARS = (str, int, float, bool, type(None))
 _compressor = zstandard.ZstdCompressor(level=3)
 _decompressor = zstandard.ZstdDecompressor()
@@ -45,22 +53,74 @@ def dumps(value) -> str:
         raise
 
 
-def encode_state(state) -> tuple[bytes, str]:
-    """Return (blob, codec); codec is "json" or "json+zstd"."""
+def raw_state(state) -> bytes:
+    """The state as compact JSON bytes, within the size limit."""
     raw = dumps(state).encode()
     if len(raw) > MAX_STATE_BYTES:
         raise StateTooLargeError(len(raw), MAX_STATE_BYTES)
+    return raw
+
+
+def encode_raw(raw: bytes) -> tuple[bytes, str]:
+    """A full (self-contained) encoding: (blob, "json" or "json+zstd")."""
     if len(raw) > COMPRESS_ABOVE:
         return _compressor.compress(raw), "json+zstd"
     return raw, "json"
 
 
-def decode_state(blob: bytes, codec: str):
+def encode_state(state) -> tuple[bytes, str]:
+    """Return (blob, codec) of a full checkpoint; codec is "json" or "json+zstd"."""
+    return encode_raw(raw_state(state))
+
+
+def encode_patch(raw: bytes, base_raw: bytes) -> bytes:
+    params = zstandard.ZstdCompressionParameters.from_level(
+        _PATCH_LEVEL, window_log=max(20, (len(raw) + len(base_raw)).bit_length()), enable_ldm=True)
+    return zstandard.ZstdCompressor(dict_data=_raw_dict(base_raw),
+                                    compression_params=params).compress(raw)
+
+
+def decode_raw(blob: bytes, codec: str, base_raw: bytes | None = None) -> bytes:
+    if codec == "json":
+        return bytes(blob)
     if codec == "json+zstd":
-        blob = _decompressor.decompress(blob)
-    elif codec != "json":
-        raise ValueError(f"unknown checkpoint codec {codec!r}")
-    return json.loads(blob)
+        return _decompressor.decompress(blob)
+    if codec == PATCH_CODEC:
+        if base_raw is None:
+            raise ValueError("a patch checkpoint needs its base checkpoint")
+        return zstandard.ZstdDecompressor(dict_data=_raw_dict(base_raw),
+                                          max_window_size=1 << 31).decompress(blob)
+    raise ValueError(f"unknown checkpoint codec {codec!r}")
+
+
+def decode_state(blob: bytes, codec: str):
+    return json.loads(decode_raw(blob, codec))
+
+
+def resolve_raw(chain) -> bytes:
+    """Raw JSON of the last checkpoint in `chain` (full first, then its patches)."""
+    raw = None
+    for checkpoint in chain:
+        raw = decode_raw(checkpoint.blob, checkpoint.codec, raw)
+    return raw
+
+
+def chain_to(target, checkpoints) -> list:
+    """The checkpoints `target` needs to be decoded: its base chain, then itself."""
+    by_number = {c.number: c for c in checkpoints}
+    chain = [target]
+    while chain[-1].codec == PATCH_CODEC:
+        chain.append(by_number[chain[-1].base_number])
+    return chain[::-1]
+
+
+def checkpoint_state(target, checkpoints):
+    """The state of `target`, resolving patches against the other `checkpoints`."""
+    return json.loads(resolve_raw(chain_to(target, checkpoints)))
+
+
+def _raw_dict(base_raw: bytes):
+    return zstandard.ZstdCompressionDict(base_raw, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
 
 
 def digest(name: str, args, kwargs) -> str:

@@ -17,7 +17,8 @@ from .errors import (AgentNotFoundError, DurableError, FencedError, InDoubtEffec
                      NonDeterminismError, StateNotSerializableError, StateTooLargeError)
 from .faults import faults
 from .registry import Agent, AgentRegistry, Done
-from .serde import check_serializable, decode_state, encode_state
+from . import serde
+from .serde import check_serializable, encode_state
 
 
 @dataclass
@@ -62,6 +63,8 @@ class RunSession:
         self._events: list[tuple[str, dict]] = []
         self._progress: dict = {}
         self._crash_pending = False
+        self._base: tuple[int, int, bytes] | None = None  # (number, branch, raw JSON)
+        self._chain = 0
         self._lock = threading.Lock()
 
     # --- the run loop ---------------------------------------------------------------
@@ -114,7 +117,10 @@ class RunSession:
                              status_event="started")
             step_no = 0
         else:
-            state = decode_state(loaded.checkpoint.blob, loaded.checkpoint.codec)
+            raw = serde.resolve_raw(loaded.bases + [loaded.checkpoint])
+            state = serde.json.loads(raw)
+            self._base = (loaded.checkpoint.number, loaded.checkpoint.branch, raw)
+            self._chain = len(loaded.bases)
             step_no = loaded.checkpoint.step_no
             self._commit(r.Commit(run=run_update, events=[
                 ("status", {"status": r.RUNNING, "resumed_from": loaded.checkpoint.number,
@@ -285,10 +291,11 @@ class RunSession:
     # --- writes -------------------------------------------------------------------------
     def _checkpoint(self, state, step_no: int, *, reason: str = "step", run_update=None,
                     status_event: str | None = None) -> None:
-        blob, codec = encode_state(state)
+        raw = serde.raw_state(state)
+        blob, codec, base_number = self._encode_checkpoint(raw)
         checkpoint = r.CheckpointRecord(number=0, branch=self.run.branch, step_no=step_no,
                                         blob=blob, codec=codec, reason=reason,
-                                        created_at=time.time())
+                                        created_at=time.time(), base_number=base_number)
         update = dict(run_update or {})
         update["step_no"] = step_no
         if self._crash_pending and reason == "step":
@@ -299,11 +306,25 @@ class RunSession:
             events.append(("status", {"status": r.RUNNING, "event": status_event,
                                       "worker": self.owner, "epoch": self.epoch}))
         result = self._commit(r.Commit(run=update, checkpoint=checkpoint, events=events))
+        self._base = (result.checkpoint_number, self.run.branch, raw)
+        self._chain = self._chain + 1 if base_number is not None else 0
         self.run.step_no = step_no
         faults.hit("after_checkpoint", self.run.agent)
         # Steps at or before a checkpoint are never replayed again.
         self._replay = {p: e for p, e in self._replay.items() if p[1] > step_no}
         return result
+
+    def _encode_checkpoint(self, raw: bytes):
+        """(blob, codec, base_number): a patch against the previous checkpoint of this
+        branch when the state is large and the chain is short, else a full one."""
+        base = self._base
+        if (base is not None and base[1] == self.run.branch and len(raw) > serde.PATCH_ABOVE
+                and self._chain < serde.CHAIN_LIMIT):
+            patch = serde.encode_patch(raw, base[2])
+            if len(patch) < len(raw) // 4:
+                return patch, serde.PATCH_CODEC, base[0]
+        blob, codec = serde.encode_raw(raw)
+        return blob, codec, None
 
     def log_effect(self, record: r.EffectRecord) -> None:
         """Write an effect (intent or outcome) now, with everything buffered before it."""

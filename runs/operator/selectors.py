@@ -170,13 +170,12 @@ def events_after(run: Run, seq: int, limit: int = 500) -> list[RunEvent]:
 
 def latest_state(run: Run):
     """The state an edit starts from: the latest checkpoint on the live branch."""
-    from runs.durable.serde import decode_state
 
     checkpoint = (Checkpoint.objects.filter(run=run, branch=run.branch)
                   .order_by("-step_no", "-number").first())
     if checkpoint is None:
         return None, None
-    return checkpoint, decode_state(bytes(checkpoint.blob), checkpoint.codec)
+    return checkpoint, checkpoint.state()
 
 
 # --- workers ---------------------------------------------------------------------------------

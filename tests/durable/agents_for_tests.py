@@ -11,6 +11,7 @@ a tiny in-process outside world that each test resets:
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import Counter
 from typing import ClassVar
@@ -499,3 +500,22 @@ def bad_output(ctx, inputs):
 class BadReturn(Agent):
     def step(self, ctx, state):
         return ["neither", "a", "state", "nor", "Done"]
+
+
+@agent("big_state", registry=REG)
+class BigState(Agent):
+    """A ~200 KB state of which one item changes per step: checkpoints become patches."""
+
+    def start(self, inputs):
+        return {"i": 0, "n": inputs.get("n", 6),
+                "items": [{"id": k, "text": hashlib.sha256(str(k).encode()).hexdigest() * 2}
+                          for k in range(1500)]}
+
+    def step(self, ctx, state):
+        i = state["i"]
+        state["items"][(i * 37) % 1500]["text"] = ctx.call(echo, f"changed at step {i}")
+        state["i"] = i + 1
+        if state["i"] == state["n"]:
+            return Done({"changed": [it["text"] for it in state["items"] if it["text"].startswith("changed")],
+                         "size": len(state["items"])})
+        return state

@@ -41,6 +41,7 @@ from runs.durable import (
 )
 from runs.durable import records as r
 from runs.durable.faults import InjectedFault, faults
+from runs.durable import serde
 from runs.durable.serde import decode_state
 
 from .agents_for_tests import ANSWER_SCHEMA, REG, REG_V2, WORLD, SimulatedCrash
@@ -1106,3 +1107,29 @@ class StoreContract:
         assert done.step_no == 1
         assert WORLD.args == [("greet", "Ada")]
         assert self.checkpoint_steps(store, run.id) == [0]
+
+    # --- large states: patch checkpoints ---------------------------------------------------
+    def test_a_large_state_is_checkpointed_as_small_patches(self, store):
+        run = self.launch(store, "big_state", {"n": 6})
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        checkpoints = store.history(run.id).checkpoints
+        full, patches = checkpoints[0], checkpoints[1:]
+        assert full.codec != serde.PATCH_CODEC and patches
+        assert all(c.codec == serde.PATCH_CODEC for c in patches)
+        assert all(c.size < full.size / 20 for c in patches), [c.size for c in checkpoints]
+        for c in checkpoints:  # every patch decodes to its own state
+            assert serde.checkpoint_state(c, checkpoints)["i"] == c.step_no
+        assert store.load(run.id).run.output["size"] == 1500
+
+    def test_resume_and_rollback_across_a_patch_chain(self, store, clock):
+        run = self.launch(store, "big_state", {"n": 8})
+        crash_at("after_checkpoint", nth=5)
+        self.crash(store, run.id, clock)
+        loaded = store.load(run.id)
+        assert loaded.checkpoint.codec == serde.PATCH_CODEC and loaded.bases
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        uninterrupted = store.load(run.id).run.output
+        third = next(c for c in store.history(run.id).checkpoints if c.step_no == 3)
+        control.rollback(store, run.id, checkpoint=third.number, actor="op", reason="redo")
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == uninterrupted

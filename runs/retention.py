@@ -29,7 +29,7 @@ class Policy:
     grace: timedelta = timedelta(hours=24)
 
     @classmethod
-    def from_settings(cls) -> "Policy":
+    def from_settings(cls) -> Policy:
         conf = settings.AGENTOPS
         return cls(keep_per_branch=int(conf.get("RETENTION_KEEP_PER_BRANCH", 3)),
                    grace=timedelta(hours=float(conf.get("RETENTION_GRACE_HOURS", 24))))

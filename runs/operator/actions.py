@@ -13,8 +13,13 @@ from runs.durable import DurableError
 from runs.models import Run
 from runs.operator import selectors
 from runs.operator.views import operator_required, run_context
-from runs.operator_forms import (BulkActionForm, EditStateForm, ResolveForm, RollbackForm,
-                                 RunActionForm)
+from runs.operator_forms import (
+    BulkActionForm,
+    EditStateForm,
+    ResolveForm,
+    RollbackForm,
+    RunActionForm,
+)
 
 SIMPLE_ACTIONS = {
     "pause": (services.run_pause, {}, "Pause requested: the run stops at its next effect boundary."),
@@ -173,4 +178,4 @@ def _int(value):
         return None
 
 
-__all__ = ["act", "rollback", "resolve", "edit_state", "bulk", "run_context"]
+__all__ = ["act", "bulk", "edit_state", "resolve", "rollback", "run_context"]

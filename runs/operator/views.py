@@ -12,8 +12,13 @@ from runs import retention
 from runs.durable import records as r
 from runs.models import Run
 from runs.operator import selectors
-from runs.operator_forms import (BulkActionForm, ResolveForm, RollbackForm, RunActionForm,
-                                 RunFilterForm)
+from runs.operator_forms import (
+    BulkActionForm,
+    ResolveForm,
+    RollbackForm,
+    RunActionForm,
+    RunFilterForm,
+)
 
 PERMISSION = "runs.operate_run"
 

@@ -72,7 +72,9 @@ def _effect_text(data: dict) -> str:
         text += f" in {human_ms(data['ms'])}"
     if data.get("resolution"):
         text += f" (resolved: {data['resolution']})"
-    text += f" · step {data.get('step', '?')}.{data.get('seq', '?')}"
+    text += f" · step {data.get('step', '?')}"
+    if data.get("seq"):
+        text += f", call {data['seq'] + 1}"
     return text
 
 

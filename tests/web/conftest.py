@@ -57,23 +57,31 @@ def launch_and_drive(users):
 
 
 # --- the browser -----------------------------------------------------------------------------
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """Chromium for one test module. While Playwright's sync API is active, its event
+    loop runs in this thread, and Django refuses ORM calls in a thread with a running
+    loop: the module's tests (and their fixtures) may make them all the same."""
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)")
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            yield browser
+            browser.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
 @pytest.fixture
-def browser_context(browser, monkeypatch):
-    # Playwright's sync API keeps an event loop in this thread; the ORM calls the
-    # test makes between browser steps are still plain sync calls.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+def browser_context(browser):
     context = browser.new_context(viewport={"width": 1360, "height": 900})
     context.set_default_timeout(20_000)
     yield context

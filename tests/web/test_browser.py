@@ -1,0 +1,176 @@
+"""Chromium against a real Daphne and a real qcluster, on the test database.
+
+Two flows, each worth its minutes: a long run watched, left, rejoined and
+followed across a Daphne restart; and a run that asks its user a question.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from runs.durable.serde import decode_state
+from runs.models import Checkpoint, Run, RunEvent
+from tests.support.processes import Server, wait_until
+from tests.web.conftest import log_in, screenshot
+
+pytestmark = [pytest.mark.browser, pytest.mark.services]
+
+RUN_URL = re.compile(r".*/runs/([0-9a-f]{32})/$")
+LIVE = '#live-indicator[data-state="live"]'
+
+
+def dom_events(page) -> list[tuple[int, str]]:
+    return [tuple(item) for item in page.eval_on_selector_all(
+        "#event-log li[data-seq]",
+        "els => els.map(e => [Number(e.dataset.seq), e.querySelector('.ev-kind').textContent])")]
+
+
+def db_events(run_id: str, upto: int | None = None) -> list[tuple[int, str]]:
+    events = RunEvent.objects.filter(run_id=run_id).order_by("seq")
+    if upto is not None:
+        events = events.filter(seq__lte=upto)
+    return list(events.values_list("seq", "kind"))
+
+
+def assert_no_gap_no_duplicate(page, run_id: str) -> int:
+    """The page's events are exactly the event rows 1..N, in order. Returns N."""
+    shown = dom_events(page)
+    assert shown, "the page shows no events"
+    last = shown[-1][0]
+    assert shown == db_events(run_id, upto=last)
+    assert [seq for seq, _ in shown] == list(range(1, last + 1))
+    return last
+
+
+def progress(page) -> int:
+    return int(page.get_attribute("#run-progress .progress", "aria-valuenow") or 0)
+
+
+def wait_for_dom_seq(page, seq: int, timeout: float = 15) -> None:
+    page.wait_for_function(
+        "seq => Number(document.getElementById('run-page').dataset.lastSeq) >= seq", arg=seq,
+        timeout=timeout * 1000)
+
+
+def test_launch_watch_leave_rejoin_and_survive_a_daphne_restart(users, server, start_cluster,
+                                                                 browser_context, tmp_path):
+    start_cluster(workers=2)
+    page = browser_context.new_page()
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    log_in(page, server.url, "alice", "alice-pass-1")
+
+    # launch from the form built from the schema
+    page.goto(f"{server.url}/launch/ticker/")
+    page.fill("#id_steps", "60")
+    page.fill("#id_delay", "0.35")
+    page.click(".launch-form button[type=submit]")
+    page.wait_for_url(RUN_URL)
+    run_id = RUN_URL.match(page.url).group(1)
+    run_url = page.url
+    page.wait_for_selector(LIVE)
+
+    # progress advances by itself
+    page.wait_for_function("() => Number(document.querySelector('#run-progress .progress')"
+                           ".getAttribute('aria-valuenow')) >= 5")
+    first = progress(page)
+    page.wait_for_function(f"() => Number(document.querySelector('#run-progress .progress')"
+                           f".getAttribute('aria-valuenow')) > {first}")
+    assert page.inner_text("#run-rate") != "—"
+    assert page.inner_text("#run-eta").startswith("≈")
+    assert_no_gap_no_duplicate(page, run_id)
+
+    # close the page mid-run; the run goes on without anyone watching
+    page.close()
+    at_close = Run.objects.get(pk=run_id).event_seq
+    wait_until(lambda: Run.objects.get(pk=run_id).event_seq >= at_close + 8, 20,
+               message="events while the page is closed")
+
+    # come back: everything that happened meanwhile, no gap, no duplicate
+    page = browser_context.new_page()
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(run_url)
+    page.wait_for_selector(LIVE)
+    wait_for_dom_seq(page, at_close + 8)
+    seen = assert_no_gap_no_duplicate(page, run_id)
+    assert seen > at_close
+    screenshot(page, "run-page-live")
+
+    # restart Daphne under the open page: it shows it is reconnecting, then catches up
+    port = server.port
+    server.stop()
+    page.wait_for_selector('#live-indicator[data-state="reconnecting"]', timeout=10_000)
+    while_down = Run.objects.get(pk=run_id).event_seq
+    wait_until(lambda: Run.objects.get(pk=run_id).event_seq > while_down + 3, 20,
+               message="events while Daphne is down")
+    missed = Run.objects.get(pk=run_id).event_seq
+    restarted = Server(tmp_path, port=port)
+    try:
+        page.wait_for_selector(LIVE, timeout=20_000)
+        wait_for_dom_seq(page, missed)
+        assert_no_gap_no_duplicate(page, run_id)
+
+        # the end: the output, and every event exactly once
+        page.wait_for_selector("#run-status .status-succeeded", timeout=60_000)
+        page.wait_for_selector("#panel-output:not([hidden]) .kv", timeout=10_000)
+        assert "60" in page.inner_text("#output-rendered")
+        final = Run.objects.get(pk=run_id)
+        wait_for_dom_seq(page, final.event_seq)
+        assert dom_events(page) == db_events(run_id)
+        assert page.inner_text("#run-progress-counts") == "60 / 60"
+        page.wait_for_function("() => document.querySelectorAll('#panel-timeline .mark').length"
+                               " >= 60")
+        mark = page.locator("#panel-timeline .mark").nth(10)
+        number = int(mark.get_attribute("data-checkpoint"))
+        mark.click()
+        page.wait_for_selector(f"#checkpoint-state h3:text('Checkpoint #{number}')")
+        checkpoint = Checkpoint.objects.get(run_id=run_id, number=number)
+        state = decode_state(bytes(checkpoint.blob), checkpoint.codec)
+        assert json.loads(page.inner_text("#checkpoint-state pre")) == state
+        screenshot(page, "run-page")
+
+        page.goto(f"{restarted.url}/")
+        page.wait_for_selector(LIVE)
+        row = page.locator(f"#run-row-{run_id}")
+        assert row.locator(".badge").inner_text() == "succeeded"
+        screenshot(page, "run-list")
+        assert not errors, errors
+    finally:
+        restarted.stop()
+
+
+def test_answer_a_question_the_run_asks(users, server, start_cluster, browser_context):
+    start_cluster(workers=1)
+    page = browser_context.new_page()
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    log_in(page, server.url, "alice", "alice-pass-1")
+    page.goto(f"{server.url}/launch/ask/")
+    page.fill("#id_question", "<i>Who</i> are you?")
+    page.click(".launch-form button[type=submit]")
+    page.wait_for_url(RUN_URL)
+    run_id = RUN_URL.match(page.url).group(1)
+
+    # the form appears live when the run starts waiting, the prompt as text
+    page.wait_for_selector("#panel-input.is-waiting form", timeout=20_000)
+    assert page.inner_text("#panel-input .prompt") == "<i>Who</i> are you?"
+    assert page.locator("#panel-input i, #event-log i").count() == 0
+
+    # a blank answer is refused next to its field, then a real one is taken
+    page.click("#panel-input button[type=submit]")
+    page.wait_for_selector("#panel-input .field-error")
+    page.fill("#id_answer-name", "Ada <b>Lovelace</b>")
+    page.click("#panel-input button[type=submit]")
+    page.wait_for_selector("#run-status .status-succeeded", timeout=20_000)
+    page.wait_for_selector("#panel-output:not([hidden]) .kv")
+    assert page.inner_text("#output-rendered") .endswith("Hello, Ada <b>Lovelace</b>!")
+    assert page.locator("#output-rendered b").count() == 0
+    assert page.is_hidden("#panel-input")
+    wait_for_dom_seq(page, Run.objects.get(pk=run_id).event_seq)
+    kinds = [kind for _, kind in dom_events(page)]
+    assert "input_requested" in kinds and "input_received" in kinds
+    assert dom_events(page) == db_events(run_id)
+    assert not errors, errors

@@ -165,12 +165,15 @@ Q_CLUSTER = {
 
 # --- agentops engine ------------------------------------------------------
 AGENTOPS = {
-    "LEASE_SECONDS": env_float("AGENTOPS_LEASE_SECONDS", 5.0),
+    "LEASE_SECONDS": env_float("AGENTOPS_LEASE_SECONDS", 4.0),
     "TIME_SLICE_SECONDS": env_float("AGENTOPS_TIME_SLICE", 5.0),
     "SWEEP_INTERVAL": env_float("AGENTOPS_SWEEP_INTERVAL", 0.5),
     "REQUEUE_AFTER_SECONDS": env_float("AGENTOPS_REQUEUE_AFTER", 60.0),
     "REQUEUE_STUCK_SECONDS": env_float("AGENTOPS_REQUEUE_STUCK", 3.0),
     "CRASH_LOOP_LIMIT": env_int("AGENTOPS_CRASH_LOOP_LIMIT", 3),
+    # Expire at once the lease of a dead worker process on this host (else: wait
+    # for the lease to run out, as for a worker on another host).
+    "DETECT_DEAD_LOCAL_WORKERS": env_bool("AGENTOPS_DETECT_DEAD_LOCAL_WORKERS", True),
     "AGENT_MODULES": env_list("AGENTOPS_AGENT_MODULES"),
     "FAULTS_DIR": os.environ.get("AGENTOPS_FAULTS_DIR", ""),
     "LIVE_POLL_SECONDS": env_float("AGENTOPS_LIVE_POLL", 0.5),

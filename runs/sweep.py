@@ -37,7 +37,8 @@ def sweep(limit: int = 500) -> int:
     has a backlog, an unclaimed run is simply waiting its turn, so re-enqueueing
     is held back to the slow REQUEUE_AFTER_SECONDS.
     """
-    expire_dead_local_leases()
+    if settings.AGENTOPS["DETECT_DEAD_LOCAL_WORKERS"]:
+        expire_dead_local_leases()
     now = timezone.now()
     conf = settings.AGENTOPS
     backlog = get_broker().queue_size()

@@ -80,7 +80,7 @@ def candidate_runs(cutoff: datetime, keep: int) -> list[str]:
 
 def kept_numbers(checkpoints: list[dict], referred: set[int], keep: int) -> set[int]:
     """The checkpoint numbers the policy keeps, from rows with number, branch, step_no,
-    parent_number."""
+    parent_number and base_number."""
     kept = set(referred)
     by_branch: dict[int, list[dict]] = {}
     for c in checkpoints:
@@ -91,6 +91,13 @@ def kept_numbers(checkpoints: list[dict], referred: set[int], keep: int) -> set[
     for rows in by_branch.values():
         rows.sort(key=lambda c: (c["step_no"], c["number"]), reverse=True)
         kept.update(c["number"] for c in rows[:keep])
+    # A patch checkpoint is stored against a base: keep every base a kept one needs.
+    base_of = {c["number"]: c.get("base_number") for c in checkpoints}
+    for number in list(kept):
+        base = base_of.get(number)
+        while base is not None and base not in kept:
+            kept.add(base)
+            base = base_of.get(base)
     return kept
 
 
@@ -105,7 +112,8 @@ def referred_by_audit(run_id: str) -> set[int]:
 
 def _prune_run(run_id: str, keep: int, dry_run: bool) -> tuple[list[int], int]:
     rows = list(Checkpoint.objects.filter(run_id=run_id)
-                .values("id", "number", "branch", "step_no", "parent_number", "size"))
+                .values("id", "number", "branch", "step_no", "parent_number", "base_number",
+                        "size"))
     kept = kept_numbers(rows, referred_by_audit(run_id), keep)
     dropped = [c for c in rows if c["number"] not in kept]
     if dropped and not dry_run:

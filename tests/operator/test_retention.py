@@ -79,3 +79,10 @@ def test_a_schedule_applies_it():
     from django_q.models import Schedule
 
     assert Schedule.objects.filter(func="runs.retention.prune_task").count() == 1
+
+
+def test_the_bases_of_a_kept_patch_checkpoint_are_kept():
+    rows = [{"number": n, "branch": 1, "step_no": n, "parent_number": None,
+             "base_number": n - 1 if n > 3 else None} for n in range(1, 7)]
+    # 6 patches 5, 5 patches 4, 4 patches 3 (a full state): keeping 6 keeps 5, 4 and 3
+    assert retention.kept_numbers(rows, set(), keep=1) == {3, 4, 5, 6}

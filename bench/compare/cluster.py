@@ -1,0 +1,86 @@
+"""A real `manage.py qcluster` on the bench database, as the Procfile's worker line runs it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from bench.setup_db import ROOT
+
+
+class QCluster:
+    def __init__(self, url: str, workers: int | None = None, **env):
+        self.tmp = Path(tempfile.mkdtemp(prefix="bench-qcluster-"))
+        self.pid_dir = self.tmp / "pids"
+        self.pid_dir.mkdir()
+        child_env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+        child_env.update({
+            "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "agentops.settings",
+            "PYTHONPATH": str(ROOT), "AGENTOPS_AGENT_MODULES": "bench.compare.agents",
+            "AGENTOPS_WORKER_PID_DIR": str(self.pid_dir),
+            "Q_CLUSTER_NAME": f"bench{os.getpid()}",
+        })
+        if workers is not None:
+            child_env["AGENTOPS_WORKERS"] = str(workers)
+        child_env.update({k: str(v) for k, v in env.items()})
+        self.log_path = self.tmp / "qcluster.log"
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=ROOT,
+                                     env=child_env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self.workers = workers or int(_settings_workers())
+        deadline = time.monotonic() + 60
+        while len(self.worker_pids()) < self.workers:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"qcluster did not start:\n{self.log_path.read_text()[-3000:]}")
+            time.sleep(0.1)
+
+    def worker_pids(self) -> list[int]:
+        return [int(p.name.split("-")[1]) for p in self.pid_dir.iterdir()]
+
+    def rss(self) -> dict:
+        """Resident memory of the cluster's processes: the workers, and all together."""
+        try:
+            procs = [psutil.Process(self.proc.pid)] + \
+                psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return {"total": 0, "workers": 0, "processes": 0}
+        workers = set(self.worker_pids())
+        total = worker_total = 0
+        for p in procs:
+            try:
+                rss = p.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue
+            total += rss
+            if p.pid in workers:
+                worker_total += rss
+        return {"total": total, "workers": worker_total, "processes": len(procs)}
+
+    def stop(self) -> None:
+        """SIGTERM to the main process (a deploy): runs hand back at their next boundary."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)
+        self._log.close()
+
+
+def _settings_workers() -> int:
+    from django.conf import settings
+
+    return settings.AGENTOPS_WORKERS

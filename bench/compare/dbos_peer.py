@@ -1,0 +1,148 @@
+"""DBOS Transact, the peer of scenarios 1, 2, 5 and 6: the same programs as
+bench/compare/agents.py, as DBOS workflows of @DBOS.step()s.
+
+DBOS keeps its system tables in schema `dbos` of the bench database. Its
+defaults are kept, except the queue's polling interval, set to django-q2's
+(0.1 s) so that neither side waits longer to notice new work.
+
+Also a child-process entry point, for what must happen in a process of its own:
+
+    python -m bench.compare.dbos_peer crash URL WORKFLOW_ID STEPS BLOCK_AT
+        start a workflow whose step BLOCK_AT never returns (the parent SIGKILLs it)
+    python -m bench.compare.dbos_peer llm URL RUNS STEPS SECONDS
+        scenario 6: enqueue RUNS workflows of sleeping steps and keep running
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import uuid
+
+from dbos import DBOS, SetWorkflowID
+
+SCHEMA = "dbos"
+APP_VERSION = "bench-1"  # the same in every process, so a crashed workflow is recoverable
+QUEUE = "bench"
+POLL = 0.1
+
+# Scenario 5: the bench reads these after a recovery.
+RESUME = {"entered": None, "first_new": None, "from": None, "stop": threading.Event()}
+_block_at = int(os.environ.get("BENCH_DBOS_BLOCK_AT", "-1"))
+
+
+@DBOS.step()
+def noop(i: int) -> int:
+    return i
+
+
+@DBOS.workflow()
+def steps_workflow(n: int) -> int:
+    for i in range(n):
+        noop(i)
+    return n
+
+
+@DBOS.workflow()
+def small_workflow(n: int) -> int:
+    for i in range(n):
+        noop(i)
+    return n
+
+
+@DBOS.step()
+def resume_step(i: int) -> int:
+    if 0 <= _block_at <= i:  # the child "crashes" here: it blocks until SIGKILL
+        time.sleep(3600)
+    if RESUME["first_new"] is None and RESUME["from"] is not None and i >= RESUME["from"]:
+        RESUME["first_new"] = time.perf_counter()
+    return i
+
+
+@DBOS.workflow()
+def resume_workflow(n: int) -> int:
+    RESUME["entered"] = time.perf_counter()
+    for i in range(n):
+        resume_step(i)
+        if RESUME["first_new"] is not None and RESUME["stop"].is_set():
+            return i  # the bench has its measure: stop here rather than run 5,000 more
+    return n
+
+
+@DBOS.step()
+def llm_step(i: int, seconds: float) -> int:
+    time.sleep(seconds)
+    return i
+
+
+@DBOS.workflow()
+def llm_workflow(n: int, seconds: float) -> int:
+    for i in range(n):
+        llm_step(i, seconds)
+    return n
+
+
+def launch(url: str, executor_id: str = "bench") -> None:
+    DBOS(config={"name": "agentops-bench", "system_database_url": url,
+                 "dbos_system_schema": SCHEMA, "log_level": "ERROR",
+                 "executor_id": executor_id, "application_version": APP_VERSION})
+    DBOS.launch()
+
+
+def queue():
+    return DBOS.register_queue(QUEUE, polling_interval_sec=POLL)
+
+
+def destroy() -> None:
+    DBOS.destroy(destroy_registry=False)
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+# --- scenario 1: a workflow of n no-op steps ----------------------------------------------
+def run_steps(n: int) -> float:
+    """Seconds for one workflow of n no-op steps, from start to its recorded output."""
+    start = time.perf_counter()
+    with SetWorkflowID(new_id("steps")):
+        assert steps_workflow(n) == n
+    return time.perf_counter() - start
+
+
+# --- scenario 2: many small workflows through a queue --------------------------------------
+def run_many(q, runs: int, steps: int) -> list[str]:
+    handles = [q.enqueue(small_workflow, steps) for _ in range(runs)]
+    for handle in handles:
+        handle.get_result(polling_interval_sec=0.05)
+    return [h.get_workflow_id() for h in handles]
+
+
+# --- child processes -------------------------------------------------------------------------
+def _child_crash(url: str, workflow_id: str, steps: int) -> None:
+    launch(url, executor_id="crashed")
+    with SetWorkflowID(workflow_id):
+        DBOS.start_workflow(resume_workflow, steps)
+    time.sleep(3600)
+
+
+def _child_llm(url: str, runs: int, steps: int, seconds: float) -> None:
+    # Started directly, not through a queue: every process of the application listens
+    # to every queue, and the bench process must not take these workflows.
+    launch(url, executor_id="llm")
+    for _ in range(runs):
+        DBOS.start_workflow(llm_workflow, steps, seconds)
+    print("enqueued", flush=True)
+    time.sleep(3600)
+
+
+if __name__ == "__main__":
+    command, url, *rest = sys.argv[1:]
+    if command == "crash":
+        _child_crash(url, rest[0], int(rest[1]))
+    elif command == "llm":
+        _child_llm(url, int(rest[0]), int(rest[1]), float(rest[2]))
+    else:
+        raise SystemExit(f"unknown command {command}")

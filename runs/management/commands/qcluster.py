@@ -16,6 +16,7 @@ from django.db import close_old_connections, connection
 from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as QClusterCommand
 
+from runs.heartbeat import record_heartbeat
 from runs.sweep import sweep
 
 logger = logging.getLogger("agentops.cluster")
@@ -52,6 +53,7 @@ class Command(QClusterCommand):
             try:
                 close_old_connections()
                 sweep()
+                record_heartbeat()
             except Exception:  # the database may be restarting: try again next tick
                 logger.exception("recovery sweep failed")
                 connection.close()

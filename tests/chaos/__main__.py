@@ -1,0 +1,5 @@
+import sys
+
+from tests.chaos.cli import main
+
+sys.exit(main())

@@ -1,0 +1,242 @@
+"""The faults, one function each. Every fault says when it struck and which runs it hit
+(those a killed process held, or every running run for a shared service), so the
+audit can measure each run's recovery: the time from the fault to its next new effect.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from datetime import UTC
+
+from tests.chaos.db import db_call, holders, running_runs
+
+POINTS = {
+    # kind: (engine point, specs the harness picks from)
+    "point_before_effect": ("before_effect", ["kill", "kill@send_notification"]),
+    "point_after_effect_before_log": ("after_effect_before_log",
+                                      ["kill", "kill@send_notification", "kill@post_record"]),
+    "point_after_checkpoint_before_event": ("after_checkpoint_before_event", ["kill"]),
+    "point_after_checkpoint": ("after_checkpoint", ["kill"]),
+    "point_lease_renewal": ("lease_renewal", ["kill"]),
+    "point_before_release": ("before_release", ["kill"]),
+}
+PROCESS = ["worker_sigkill", "cluster_sigkill", "cluster_sigterm", "worker_sigstop"]
+SERVICES_PG = ["pg_restart", "pg_terminate"]
+SERVICES = ["redis_restart", "daphne_restart"]
+
+
+def available(*, postgres: bool, redis: bool) -> list[str]:
+    kinds = PROCESS + list(POINTS)
+    if postgres:
+        kinds += SERVICES_PG
+    kinds += [k for k in SERVICES if redis or k != "redis_restart"]
+    return kinds
+
+
+@dataclass
+class Fault:
+    kind: str
+    at: float                      # wall time the fault struck
+    detail: str = ""
+    runs: list[str] = field(default_factory=list)
+    epochs: dict = field(default_factory=dict)  # run id -> epoch when struck
+    armed_at: float | None = None  # fault points: armed, then struck when a process hit it
+    point: str = ""
+    spec: str = ""
+
+
+class Injector:
+    def __init__(self, harness):
+        self.h = harness
+        self.stack = harness.stack
+        self.rng = harness.rng
+        self.stopped: list[tuple[float, int]] = []   # (continue at, pid)
+        self.armed: list[Fault] = []
+
+    def inject(self, kind: str) -> Fault | None:
+        if kind in POINTS:
+            return self.arm_point(kind)
+        return getattr(self, kind)()
+
+    # --- processes -----------------------------------------------------------------------
+    def _victim_worker(self) -> tuple[int | None, list[str]]:
+        """A worker that holds a run if one does within a few seconds, else any worker."""
+        deadline = time.monotonic() + 3.0
+        while True:
+            pids = self.stack.worker_pids()
+            held = holders(list(pids))
+            busy = [pid for pid in pids if held.get(pid)]
+            if busy or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        pool = busy or list(pids)
+        if not pool:
+            return None, []
+        pid = self.rng.choice(sorted(pool))
+        return pid, held.get(pid, [])
+
+    def _struck(self, kind, runs, detail="") -> Fault:
+        epochs = db_call(_epochs, runs)
+        return Fault(kind, time.time(), detail, list(runs), epochs)
+
+    def worker_sigkill(self) -> Fault | None:
+        pid, runs = self._victim_worker()
+        if pid is None:
+            return None
+        fault = self._struck("worker_sigkill", runs, f"pid {pid}")
+        _kill(pid, signal.SIGKILL)
+        return fault
+
+    def _victim_cluster(self):
+        pids = self.stack.worker_pids()
+        held = holders(list(pids))
+        busy = {id(c): c for pid, c in pids.items() if held.get(pid)}
+        pool = list(busy.values()) or list(self.stack.clusters)
+        cluster = self.rng.choice(pool)
+        runs = [run for pid in cluster.worker_pids() for run in held.get(pid, [])]
+        return cluster, runs
+
+    def cluster_sigkill(self) -> Fault:
+        cluster, runs = self._victim_cluster()
+        fault = self._struck("cluster_sigkill", runs, f"cluster pid {cluster.pid}")
+        cluster.signal_group(signal.SIGKILL)
+        self.stack.retire(cluster)
+        self.stack.start_cluster()  # the host comes back
+        return fault
+
+    def cluster_sigterm(self) -> Fault:
+        """A deploy: the new cluster starts, then the old one gets SIGTERM, either on its
+        main process (our qcluster forwards it) or on its whole group (most supervisors)."""
+        self.stack.start_cluster()
+        cluster, runs = self._victim_cluster_excluding(self.stack.clusters[-1])
+        how = self.rng.choice(["main", "group"])
+        fault = self._struck("cluster_sigterm", runs, f"cluster pid {cluster.pid}, {how}")
+        (cluster.signal if how == "main" else cluster.signal_group)(signal.SIGTERM)
+        self.stack.retire(cluster)
+        return fault
+
+    def _victim_cluster_excluding(self, newest):
+        for _ in range(10):
+            cluster, runs = self._victim_cluster()
+            if cluster is not newest:
+                return cluster, runs
+        others = [c for c in self.stack.clusters if c is not newest]
+        held = holders([pid for c in others for pid in c.worker_pids()])
+        cluster = self.rng.choice(others)
+        return cluster, [r for pid in cluster.worker_pids() for r in held.get(pid, [])]
+
+    def worker_sigstop(self) -> Fault | None:
+        """A zombie: frozen past its lease, then thawed while another worker has its run."""
+        pid, runs = self._victim_worker()
+        if pid is None:
+            return None
+        freeze = self.h.profile.lease_seconds + self.rng.uniform(1.0, 3.0)
+        fault = self._struck("worker_sigstop", runs, f"pid {pid}, {freeze:.1f} s")
+        _kill(pid, signal.SIGSTOP)
+        self.stopped.append((time.monotonic() + freeze, pid))
+        return fault
+
+    def thaw(self, all_now: bool = False) -> None:
+        now = time.monotonic()
+        for item in list(self.stopped):
+            if all_now or item[0] <= now:
+                _kill(item[1], signal.SIGCONT)
+                self.stopped.remove(item)
+
+    # --- the engine's named fault points -----------------------------------------------------
+    def arm_point(self, kind: str) -> None:
+        point, specs = POINTS[kind]
+        if any(f.point == point for f in self.armed):
+            return  # one file per point: this one is still armed
+        spec = self.rng.choice(specs)
+        (self.stack.faults_dir / point).write_text(spec)
+        self.armed.append(Fault(kind, 0.0, f"{point} = {spec}", armed_at=time.time(),
+                                point=point, spec=spec))
+
+    def fired(self) -> list[Fault]:
+        """Armed points some process hit since the last look (it killed itself there)."""
+        struck = []
+        for fault in list(self.armed):
+            fired = list(self.stack.faults_dir.glob(f"{fault.point}.fired.*"))
+            if not fired:
+                continue
+            path = fired[0]
+            pid = int(path.name.rsplit(".", 1)[1])
+            fault.at = path.stat().st_mtime
+            fault.detail += f", pid {pid}"
+            fault.runs = db_call(_runs_of_pid, pid, fault.at)
+            fault.epochs = db_call(_epochs, fault.runs)
+            path.rename(path.with_name(f"seen-{path.name}"))
+            self.armed.remove(fault)
+            struck.append(fault)
+        return struck
+
+    def disarm(self) -> list[Fault]:
+        left = []
+        for fault in list(self.armed):
+            try:
+                os.remove(self.stack.faults_dir / fault.point)
+                left.append(fault)
+                self.armed.remove(fault)
+            except FileNotFoundError:
+                pass  # it fired meanwhile: fired() reports it
+        return left
+
+    # --- shared services --------------------------------------------------------------------
+    def _everyone(self, kind, detail=""):
+        return self._struck(kind, db_call(running_runs), detail)
+
+    def pg_restart(self) -> Fault:
+        fault = self._everyone("pg_restart")
+        self.stack.postgres.restart()
+        fault.detail = f"back after {time.time() - fault.at:.1f} s"
+        return fault
+
+    def pg_terminate(self) -> Fault:
+        fault = self._everyone("pg_terminate")
+        fault.detail = f"{self.stack.postgres.terminate_backends()} backends terminated"
+        return fault
+
+    def redis_restart(self) -> Fault:
+        fault = self._everyone("redis_restart")
+        self.stack.redis.stop()
+        time.sleep(self.rng.uniform(0.5, 2.5))
+        self.stack.redis.start()
+        fault.detail = f"down {time.time() - fault.at:.1f} s"
+        return fault
+
+    def daphne_restart(self) -> Fault:
+        fault = self._everyone("daphne_restart")
+        self.stack.restart_web()
+        fault.detail = f"down {time.time() - fault.at:.1f} s, " \
+                       f"{self.h.followers.connected()} followers connected before"
+        return fault
+
+
+def _kill(pid: int, sig) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _epochs(run_ids) -> dict[str, int]:
+    from runs.models import Run
+    return dict(Run.objects.filter(pk__in=run_ids).values_list("id", "epoch"))
+
+
+def _runs_of_pid(pid: int, at: float) -> list[str]:
+    """The runs a process held when it died at a fault point."""
+    from datetime import datetime
+
+    from runs.models import Run, RunEvent
+    held = list(Run.objects.filter(lease_owner__contains=f":{pid}:").values_list("id", flat=True))
+    if held:
+        return held
+    before = datetime.fromtimestamp(at + 0.5, tz=UTC)
+    last = (RunEvent.objects.filter(kind="status", data__worker__icontains=f":{pid}:",
+                                    created_at__lte=before).order_by("-created_at").first())
+    return [last.run_id] if last else []

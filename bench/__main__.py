@@ -1,6 +1,7 @@
 """`python -m bench <command>`: the benchmarks that have a command.
 
     compare    agentops against DBOS and LangGraph, side by side (bench/compare/)
+    profile    where agentops' time goes in those scenarios: round trips and cProfile
     effects    the per-effect cost of ctx.call against the raw floor (bench/effect_overhead.py)
 """
 
@@ -13,6 +14,12 @@ def _compare(argv):
     return main(argv)
 
 
+def _profile(argv):
+    from bench.compare.profiles import main
+
+    return main(argv)
+
+
 def _effects(argv):
     from bench.effect_overhead import main
 
@@ -20,7 +27,7 @@ def _effects(argv):
     return 0
 
 
-COMMANDS = {"compare": _compare, "effects": _effects}
+COMMANDS = {"compare": _compare, "profile": _profile, "effects": _effects}
 
 
 def main(argv=None) -> int:

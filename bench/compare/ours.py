@@ -109,7 +109,7 @@ class CrashedRun:
                                              reason, parent_number, created_at)
                 SELECT %s, k + 1, 1, k, 'json', convert_to(b, 'UTF8'), octet_length(b),
                        CASE WHEN k = 0 THEN 'start' ELSE 'step' END, NULL, now()
-                FROM generate_series(0, %s) k,
+                FROM generate_series(0, %s::int) k,
                      LATERAL (SELECT '{"i":' || k || ',"n":' || %s || '}' AS b) blob""",
                       [run_id, h, n])
             c.execute("""
@@ -123,7 +123,7 @@ class CrashedRun:
                        %s || ':1:' || k || ':0', true, 'done',
                        (k - 1)::text, to_jsonb(k - 1), NULL, 1, now(), now(), '', false,
                        'gone:1:dead', 1
-                FROM generate_series(1, %s) k""", [run_id, tool, tool, run_id, h])
+                FROM generate_series(1, %s::int) k""", [run_id, tool, tool, run_id, h])
             # Events after "launched" (seq 1): "started" + start checkpoint, then per step
             # the effect and its checkpoint.
             c.execute("""
@@ -133,7 +133,7 @@ class CrashedRun:
                             THEN jsonb_build_object('step', s / 2 - 1, 'seq', 0, 'status', 'done')
                             ELSE jsonb_build_object('number', (s - 1) / 2, 'step', (s - 3) / 2)
                        END, now()
-                FROM generate_series(2, %s) s""", [run_id, 2 * h + 3])
+                FROM generate_series(2, %s::int) s""", [run_id, 2 * h + 3])
         self.event_seq = 2 * h + 3
         self.reset()
         with connection.cursor() as c:

@@ -40,7 +40,7 @@ def table(rows: list[Row]) -> str:
     header = ["#", "scenario", "metric", "agentops median [min-max]", "baseline",
               "baseline median [min-max]", "agentops/baseline", "target", "verdict"]
     lines = [[r.scenario, r.title, f"{r.metric} ({r.unit})", cell(r.ours), r.baseline_name,
-              cell(r.baseline), f"{r.ratio:.2f}x" if r.ratio == r.ratio else "-",
+              cell(r.baseline), f"{r.ratio:.3g}x" if r.ratio == r.ratio else "-",
               r.target_text, verdict(r)] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *lines)]
     out = [" | ".join(h.ljust(w) for h, w in zip(header, widths)),

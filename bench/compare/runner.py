@@ -283,7 +283,7 @@ class DbosCrashed:
                 SELECT workflow_uuid, g, function_name, output, error, child_workflow_id,
                        started_at_epoch_ms, completed_at_epoch_ms, serialization,
                        application_name
-                FROM dbos.operation_outputs, generate_series(%s, %s) g
+                FROM dbos.operation_outputs, generate_series(%s::int, %s::int) g
                 WHERE workflow_uuid = %s AND function_id = 1""",
                          [self.BLOCK_AT + 1, done, self.id])
             conn.execute("ANALYZE dbos.operation_outputs")

@@ -25,8 +25,10 @@ class QCluster:
             "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "agentops.settings",
             "PYTHONPATH": str(ROOT), "AGENTOPS_AGENT_MODULES": "bench.compare.agents",
             "AGENTOPS_WORKER_PID_DIR": str(self.pid_dir),
-            "Q_CLUSTER_NAME": f"bench{os.getpid()}",
         })
+        # The cluster's name is its broker's queue key: the bench process enqueues
+        # under the name from its own settings, so the cluster must use the same.
+        child_env.pop("Q_CLUSTER_NAME", None)
         if workers is not None:
             child_env["AGENTOPS_WORKERS"] = str(workers)
         child_env.update({k: str(v) for k, v in env.items()})

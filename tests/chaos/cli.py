@@ -41,6 +41,7 @@ class Profile:
     follow_share: float = 0.25       # runs followed by a websocket client
     operator_share: float = 0.35     # racing operator actions per run launched
     drain_seconds: float = 240.0
+    scale: int = 3                   # how long the step-by-step agents run
 
 
 def parse(argv=None) -> argparse.Namespace:

@@ -64,7 +64,7 @@ class Injector:
     # --- processes -----------------------------------------------------------------------
     def _victim_worker(self) -> tuple[int | None, list[str]]:
         """A worker that holds a run if one does within a few seconds, else any worker."""
-        deadline = time.monotonic() + 3.0
+        deadline = time.monotonic() + 8.0
         while True:
             pids = self.stack.worker_pids()
             held = holders(list(pids))
@@ -165,7 +165,7 @@ class Injector:
                 continue
             path = fired[0]
             pid = int(path.name.rsplit(".", 1)[1])
-            fault.at = path.stat().st_mtime
+            fault.at = path.stat().st_ctime  # the rename: when the process reached the point
             fault.detail += f", pid {pid}"
             fault.runs = db_call(_runs_of_pid, pid, fault.at)
             fault.epochs = db_call(_epochs, fault.runs)

@@ -126,5 +126,12 @@ class Followers:
 
     def stop(self) -> None:
         self.stopping = True
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
+
+        async def finish():
+            for task in list(self.tasks):
+                task.cancel()
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+            self.loop.stop()
+
+        self.loop.call_soon_threadsafe(lambda: self.loop.create_task(finish()))
+        self.thread.join(10)

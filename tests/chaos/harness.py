@@ -99,8 +99,11 @@ class Harness:
         operator = users.create_user("chaos-operator", password=PASSWORD)
         operator.groups.add(Group.objects.get(name="Operators"))
         self.stack.start_sandbox(self.sandbox_port)
-        self.configs = workload.mix(self.profile.name == "ci")
+        self.configs = workload.mix(self.profile.name == "ci", self.profile.scale)
         self.result.references = workload.references(self.configs, self.user)
+        print("chaos: fault-free reference runs: " + ", ".join(
+            f"{name} {ref['seconds']} s" for name, ref in self.result.references.items()),
+            flush=True)
         self.stack.start_web()
         for _ in range(self.profile.clusters):
             self.stack.start_cluster()

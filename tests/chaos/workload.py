@@ -33,13 +33,14 @@ class Config:
     rollback: bool = True
 
 
-def mix(small: bool) -> list[Config]:
-    """The configurations and how often each is launched. `small` is the CI profile."""
-    configs = [
-        Config("steps-notify", "steps", {"steps": 8, "delay": 0.05, "notify": True}, 4),
-        Config("steps", "steps", {"steps": 6, "delay": 0.1, "notify": False}, 2),
-        Config("ledger", "ledger", {"entries": 9, "notify_every": 3}, 3),
-        Config("ticker", "ticker", {"steps": 10, "delay": 0.1}, 2),
+def mix(small: bool, scale: int = 1) -> list[Config]:
+    """The configurations and how often each is launched. `small` is the CI profile;
+    `scale` lengthens the step-by-step agents, so faults find runs in flight."""
+    return [
+        Config("steps-notify", "steps", {"steps": 8 * scale, "delay": 0.05, "notify": True}, 4),
+        Config("steps", "steps", {"steps": 6 * scale, "delay": 0.1, "notify": False}, 2),
+        Config("ledger", "ledger", {"entries": 9 * scale, "notify_every": 3}, 3),
+        Config("ticker", "ticker", {"steps": 10 * scale, "delay": 0.1}, 2),
         Config("napper", "napper", {"naps": 3, "seconds": 1.5}, 1),
         Config("ask", "ask", {"question": "Who is there?"}, 1, rollback=False),
         Config("crawl", "crawl", {"pages": 30 if small else 40, "batch": 6, "latency_ms": 0,
@@ -49,7 +50,6 @@ def mix(small: bool) -> list[Config]:
         Config("assistant", "assistant", {"site_pages": 60, "search_scan": 30,
                                           "latency_ms": 0}, 1),
     ]
-    return configs
 
 
 def normalise(output, run_id: str):

@@ -1,0 +1,10 @@
+.PHONY: test chaos serve
+
+test:
+	bin/test
+
+chaos:
+	.venv/bin/python -m tests.chaos
+
+serve:
+	bin/serve

@@ -1,0 +1,43 @@
+"""The chaos suite's CI profile, inside the test suite: seeded, a few minutes, the
+same audit as the full run (docs/RELIABILITY.md).
+
+It runs the harness as a child process (`python -m tests.chaos --ci`), which uses its
+own database: on PostgreSQL (DATABASE_URL) `agentops_chaos` on the same server, with
+every fault including PostgreSQL restarts; on the SQLite default a reduced profile
+without the PostgreSQL faults. Redis faults are in when REDIS_URL is set. A
+PostgreSQL restart breaks this process's connections too, so they are closed after.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from django.db import connections
+
+from tests.support.processes import ROOT
+
+pytestmark = [pytest.mark.services]
+LIMIT_SECONDS = 420
+
+
+@pytest.mark.timeout(LIMIT_SECONDS + 60)
+def test_chaos_ci_profile_finds_nothing(tmp_path):
+    database_url = os.environ.get("DATABASE_URL", "")
+    args = [sys.executable, "-m", "tests.chaos", "--ci", "--workdir", str(tmp_path),
+            "--report", str(tmp_path / "report.md")]
+    if not database_url.startswith(("postgres://", "postgresql://")):
+        args.append("--sqlite")
+    if not os.environ.get("REDIS_URL"):
+        args.append("--no-redis")
+    try:
+        done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True,
+                              timeout=LIMIT_SECONDS, check=False)
+    finally:
+        connections.close_all()  # PostgreSQL was restarted under them
+    report = (tmp_path / "report.md").read_text() if (tmp_path / "report.md").exists() else ""
+    print(done.stdout[-20000:])
+    assert done.returncode == 0, (
+        f"chaos CI profile exited {done.returncode}\n{report or done.stdout[-8000:]}\n"
+        f"{done.stderr[-4000:]}")
+    assert "verdict: **PASS**" in report

@@ -171,6 +171,13 @@ AGENTOPS = {
     "REQUEUE_AFTER_SECONDS": env_float("AGENTOPS_REQUEUE_AFTER", 60.0),
     "REQUEUE_STUCK_SECONDS": env_float("AGENTOPS_REQUEUE_STUCK", 3.0),
     "CRASH_LOOP_LIMIT": env_int("AGENTOPS_CRASH_LOOP_LIMIT", 3),
+    # Runs one worker process executes at once, each in a thread: steps that wait
+    # on I/O (model calls, HTTP) overlap. SQLite serialises writers, so one there.
+    "RUNS_PER_WORKER": env_int("AGENTOPS_RUNS_PER_WORKER", 4 if IS_POSTGRES else 1),
+    "WORKER_TASK_SECONDS": env_float("AGENTOPS_WORKER_TASK_SECONDS", 120.0),
+    # checkpoint retention: the latest N per branch of ended runs, after a grace period
+    "RETENTION_KEEP_PER_BRANCH": env_int("AGENTOPS_RETENTION_KEEP", 3),
+    "RETENTION_GRACE_HOURS": env_float("AGENTOPS_RETENTION_GRACE_HOURS", 24.0),
     # Expire at once the lease of a dead worker process on this host (else: wait
     # for the lease to run out, as for a worker on another host).
     "DETECT_DEAD_LOCAL_WORKERS": env_bool("AGENTOPS_DETECT_DEAD_LOCAL_WORKERS", True),

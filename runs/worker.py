@@ -14,15 +14,18 @@ import logging
 import os
 import signal
 import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
-from django.db import close_old_connections, transaction
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from runs.config import worker_config
 from runs.durable import Outcome, execute_run
 from runs.live import notify_run
 from runs.models import Run
-from runs.store import OrmStore
+from runs.store import OrmStore, due_runs_queryset
 
 logger = logging.getLogger("agentops.worker")
 
@@ -43,17 +46,63 @@ def execute_run_task(run_id: str) -> str:
     close_old_connections()
     _state["active"] = True
     try:
-        outcome = execute_run(store(), run_id, worker_config(), stop_event=STOP)
+        if settings.AGENTOPS["RUNS_PER_WORKER"] > 1:
+            outcome = _execute_many(run_id)
+        else:
+            outcome = _execute_one(run_id)
     finally:
         _state["active"] = False
-    if outcome == Outcome.YIELDED:
-        enqueue_run(run_id)
-    elif outcome == Outcome.HANDED_OFF:
-        Run.objects.filter(pk=run_id).update(enqueued_at=None)
-        logger.info("run %s handed off on shutdown", run_id)
     if _state["terminate"]:
         _die_by_sigterm()
     return outcome
+
+
+def _execute_one(run_id: str, in_thread: bool = False) -> str:
+    try:
+        outcome = execute_run(store(), run_id, worker_config(), stop_event=STOP)
+        if outcome == Outcome.YIELDED:
+            enqueue_run(run_id)
+        elif outcome == Outcome.HANDED_OFF:
+            Run.objects.filter(pk=run_id).update(enqueued_at=None)
+            logger.info("run %s handed off on shutdown", run_id)
+        return outcome
+    finally:
+        if in_thread:
+            connection.close()
+
+
+def _execute_many(first_run_id: str) -> str:
+    """Runs whose steps mostly wait on I/O (LLM calls, HTTP) share a worker process:
+    besides the run of this task, the process claims other due runs while it has
+    free slots, each in a thread of its own (with its own database connection).
+    It stops taking new runs after WORKER_TASK_SECONDS, well inside django-q2's
+    task timeout, and on shutdown."""
+    slots = settings.AGENTOPS["RUNS_PER_WORKER"]
+    deadline = time.monotonic() + settings.AGENTOPS["WORKER_TASK_SECONDS"]
+    outcome = Outcome.NOT_CLAIMED
+    with ThreadPoolExecutor(slots, thread_name_prefix="run") as pool:
+        running = {pool.submit(_execute_one, first_run_id, True): first_run_id}
+        while running:
+            free = slots - len(running)
+            if free > 0 and not STOP.is_set() and time.monotonic() < deadline:
+                for run_id in _due_runs(exclude=list(running.values()), limit=free):
+                    running[pool.submit(_execute_one, run_id, True)] = run_id
+            done, _ = wait(running, timeout=0.2, return_when=FIRST_COMPLETED)
+            for future in done:
+                run_id = running.pop(future)
+                try:
+                    result = future.result()
+                except Exception:  # one run's failure must not take the others down
+                    logger.exception("run %s: worker thread failed", run_id)
+                    continue
+                if run_id == first_run_id:
+                    outcome = result
+    return outcome
+
+
+def _due_runs(exclude: list[str], limit: int) -> list[str]:
+    return list(due_runs_queryset(time.time()).exclude(pk__in=exclude)
+                .order_by("updated_at").values_list("id", flat=True)[:limit])
 
 
 def enqueue_run(run_id: str) -> None:

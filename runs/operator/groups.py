@@ -16,6 +16,8 @@ def ensure_operators_group(**kwargs):
 
     from runs.models import Run
 
+    # After a flush the cached content type ids point at deleted rows.
+    ContentType.objects.clear_cache()
     content_type = ContentType.objects.get_for_model(Run)
     permission, _ = Permission.objects.get_or_create(
         content_type=content_type, codename=PERMISSION[1],

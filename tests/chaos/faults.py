@@ -55,6 +55,7 @@ class Injector:
         self.rng = harness.rng
         self.stopped: list[tuple[float, int]] = []   # (continue at, pid)
         self.armed: list[Fault] = []
+        self.terminating: list[tuple[float, object, str]] = []  # (SIGTERM at, cluster, how)
 
     def inject(self, kind: str) -> Fault | None:
         if kind in POINTS:
@@ -116,6 +117,7 @@ class Injector:
         fault = self._struck("cluster_sigterm", runs, f"cluster pid {cluster.pid}, {how}")
         (cluster.signal if how == "main" else cluster.signal_group)(signal.SIGTERM)
         self.stack.retire(cluster)
+        self.terminating.append((time.monotonic(), cluster, how))
         return fault
 
     def _victim_cluster_excluding(self, newest):
@@ -138,6 +140,21 @@ class Injector:
         _kill(pid, signal.SIGSTOP)
         self.stopped.append((time.monotonic() + freeze, pid))
         return fault
+
+    def hung_deploys(self, limit: float = 30.0) -> list[str]:
+        """Clusters still running `limit` seconds after their SIGTERM (then killed)."""
+        hung = []
+        for item in list(self.terminating):
+            at, cluster, how = item
+            if not cluster.alive():
+                self.terminating.remove(item)
+            elif time.monotonic() - at > limit:
+                self.terminating.remove(item)
+                alive = [pid for pid in cluster.all_pids()]
+                cluster.signal_group(signal.SIGKILL)
+                hung.append(f"a cluster given SIGTERM ({how}) was still running {limit:.0f} s "
+                            f"later (processes {alive}); killed")
+        return hung
 
     def thaw(self, all_now: bool = False) -> None:
         now = time.monotonic()
@@ -210,9 +227,9 @@ class Injector:
 
     def daphne_restart(self) -> Fault:
         fault = self._everyone("daphne_restart")
+        connected = self.h.followers.connected()
         self.stack.restart_web()
-        fault.detail = f"down {time.time() - fault.at:.1f} s, " \
-                       f"{self.h.followers.connected()} followers connected before"
+        fault.detail = f"down {time.time() - fault.at:.1f} s, {connected} followers connected"
         return fault
 
 

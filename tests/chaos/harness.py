@@ -71,7 +71,8 @@ class Harness:
         self.operator = Operator(self)
         self.followers: Followers | None = None
         self.result = Result(profile, "PostgreSQL" if postgres else "SQLite", time.time())
-        self._notes_cache = (0.0, {})
+        self._next_sample = 0.0
+        self.hung: list[str] = []
 
     # --- the whole thing -----------------------------------------------------------------
     def run(self) -> Result:
@@ -136,10 +137,11 @@ class Harness:
             now = time.monotonic() - started
             if len(self.operator.plans) < p.runs and now >= next_launch:
                 self.launch(self.rng.choices(self.configs, weights)[0])
-                next_launch = now + launch_gap * self.rng.uniform(0.5, 1.5)
+                next_launch += launch_gap * self.rng.uniform(0.5, 1.5)  # catches up after a
+                # slow fault (a PostgreSQL restart blocks this loop for seconds)
             if now >= next_fault and self._struck() < p.faults:
                 self.inject(next(kinds))
-                next_fault = now + fault_gap * self.rng.uniform(0.5, 1.5)
+                next_fault += fault_gap * self.rng.uniform(0.5, 1.5)
             if now >= next_action:
                 self.guard("operator", self.operator.act_at_random)
                 next_action = now + action_gap * self.rng.uniform(0.5, 1.5)
@@ -147,8 +149,12 @@ class Harness:
             if len(self.operator.plans) >= p.runs and self._struck() >= p.faults:
                 break
             if now > length:
-                self.result.notes.append(f"the storm ended at its time limit ({p.minutes} min) "
-                                         f"with {self._struck()} faults struck")
+                self.result.notes.append(
+                    f"the storm reached its time limit ({p.minutes} min) with "
+                    f"{len(self.operator.plans)} runs launched and {self._struck()} faults "
+                    "struck; the rest of the runs were launched at once")
+                while len(self.operator.plans) < p.runs:
+                    self.launch(self.rng.choices(self.configs, weights)[0])
                 break
             time.sleep(0.1)
         self.phase("storm", started)
@@ -187,7 +193,11 @@ class Harness:
             print(f"chaos: {len(self.result.faults):4d} {fault.kind:36s} {fault.detail} "
                   f"({len(fault.runs)} runs)", flush=True)
         self.injector.thaw()
+        self.hung.extend(self.injector.hung_deploys())
         self.guard("operator", self.operator.tick)
+        if self.stack.postgres is not None and time.monotonic() >= self._next_sample:
+            self._next_sample = time.monotonic() + 2.0
+            self.guard("connection sample", self._sample_connections)
         while len(self.stack.clusters) < self.profile.clusters:
             self.guard("cluster start", self.stack.start_cluster)
 
@@ -199,6 +209,12 @@ class Harness:
             self.result.notes.append(f"{what} failed: {type(exc).__name__}: {exc}")
             traceback.print_exc()
             return None
+
+    def _sample_connections(self) -> None:
+        kinds = self.stack.postgres.connections()
+        peak = self.result.figures.setdefault("connections", {"peak": 0, "by_process": {}})
+        if sum(kinds.values()) > peak["peak"]:
+            peak["peak"], peak["by_process"] = sum(kinds.values()), kinds
 
     def downstream_notifications(self) -> dict[str, int]:
         return notifications(self.stack.sandbox_url)
@@ -238,10 +254,12 @@ class Harness:
         followed = {k: v for k, v in self.followers.followers.items()}
         result = auditing.audit(plans, self.result.references, data, outside, followed)
         result.findings.extend(self.operator.unresolvable)
+        result.findings.extend(self.hung)
         rows = recovery.recoveries(self.result.faults, data)
         self.result.recoveries = rows
         self.result.findings = result.findings
-        self.result.figures = {**result.figures, "recovery": recovery.summary(rows)}
+        self.result.figures = {**self.result.figures, **result.figures,
+                               "recovery": recovery.summary(rows)}
         self.result.plans = plans
         self.result.actions = self.operator.actions
         self.result.decisions = self.operator.decisions

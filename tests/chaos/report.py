@@ -88,6 +88,10 @@ def render(result) -> str:
               f"- notifications (not idempotent): {outside.get('notifications')}",
               f"- websocket followers: {followers.get('count')}, events received "
               f"{followers.get('events')}, reconnections {followers.get('reconnects')}"]
+    connections = figures.get("connections")
+    if connections:
+        lines.append(f"- peak PostgreSQL connections to the chaos database: "
+                     f"{connections['peak']} ({connections['by_process']})")
     lines += ["", "## Targets", ""]
     lines += _targets(result)
     lines += ["", "## Findings", ""]

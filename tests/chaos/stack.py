@@ -75,6 +75,21 @@ class Postgres:
                 [self.database]).fetchall()
         return sum(1 for (ok,) in rows if ok)
 
+    def connections(self) -> dict[str, int]:
+        """Client connections to the chaos database, by the kind of process holding them."""
+        import psutil
+        with self._connect() as conn:
+            ports = [port for (port,) in conn.execute(
+                "SELECT client_port FROM pg_stat_activity WHERE datname = %s "
+                "AND pid <> pg_backend_pid()", [self.database]).fetchall()]
+        owners = {c.laddr.port: c.pid for c in psutil.net_connections("tcp")
+                  if c.raddr and c.raddr.port == 5432 and c.pid}
+        kinds: dict[str, int] = {}
+        for port in ports:
+            kind = _process_kind(owners.get(port))
+            kinds[kind] = kinds.get(kind, 0) + 1
+        return kinds
+
     def ready(self) -> bool:
         try:
             with self._connect() as conn:
@@ -197,6 +212,18 @@ class Stack:
         for server in (self.web, self.sandbox):
             if server is not None:
                 server.stop()
+
+
+def _process_kind(pid: int | None) -> str:
+    import psutil
+    try:
+        cmd = " ".join(psutil.Process(pid).cmdline()) if pid else ""
+    except psutil.Error:
+        return "gone"
+    for name in ("qcluster", "daphne", "tests.chaos"):
+        if name in cmd:
+            return {"tests.chaos": "harness"}.get(name, name)
+    return "other" if cmd else "unknown"
 
 
 def _env(extra: dict) -> dict:

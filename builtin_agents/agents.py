@@ -124,9 +124,10 @@ class Migrate(Agent):
             "target_url": {"type": "string", "default": f"{SANDBOX}/api",
                            "description": "The target API: <target_url>/records (idempotent) "
                                           "and <target_url>/notifications."},
-            "rows": {"type": "integer", "minimum": 1, "maximum": 1_000_000, "default": 100_000,
-                     "description": "Rows in the source dataset."},
-            "batch_size": {"type": "integer", "minimum": 10, "maximum": 5000, "default": 1000,
+            "rows": {"type": "integer", "minimum": 1, "maximum": 200_000, "default": 100_000,
+                     "description": "Rows in the source dataset (the verification reads "
+                                    "them all back at once, hence the limit)."},
+            "batch_size": {"type": "integer", "minimum": 20, "maximum": 5000, "default": 1000,
                            "description": "Rows read, transformed and written per step."},
             "seed": {"type": "integer", "minimum": 0, "default": 0,
                      "description": "Seed of the generated source dataset."},

@@ -7,7 +7,7 @@ it is permanent, so the tools only have to say which is which:
 - connection errors, timeouts, 408, 409, 425, 429 and 5xx are transient: raised as
   ``TransientHTTPError`` (or httpx's own error) and retried;
 - any other 4xx is the request's own fault (a 404 page, a 422 key reuse): raised
-  as ``PermanentToolError`` and logged at once, never retried.
+  as ``PermanentHTTPError`` (a ``PermanentToolError``), logged at once, not retried.
 """
 
 from __future__ import annotations
@@ -32,6 +32,17 @@ class TransientHTTPError(Exception):
     """A response worth retrying (503, 409 in progress, 429 ...)."""
 
     permanent = False
+
+    def __init__(self, status: int, url: str, detail: str = ""):
+        self.status = status
+        self.url = url
+        super().__init__(f"HTTP {status} from {url}" + (f": {detail}" if detail else ""))
+
+
+class PermanentHTTPError(PermanentToolError):
+    """A 4xx that retrying cannot fix (404, 422 ...): logged at once, never retried."""
+
+    permanent = True
 
     def __init__(self, status: int, url: str, detail: str = ""):
         self.status = status
@@ -75,7 +86,7 @@ def check(response: httpx.Response) -> None:
     detail = _detail(response)
     if status in TRANSIENT_STATUSES:
         raise TransientHTTPError(status, url, detail)
-    raise PermanentToolError(f"HTTP {status} from {url}" + (f": {detail}" if detail else ""))
+    raise PermanentHTTPError(status, url, detail)
 
 
 def _detail(response: httpx.Response) -> str:

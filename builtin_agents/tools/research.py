@@ -19,10 +19,10 @@ import ast
 import operator
 from concurrent.futures import ThreadPoolExecutor
 
-from runs.durable import PermanentToolError, Retry, tool
+from runs.durable import Retry, tool
 
 from .crawl import WORD, page_url, parse_page
-from .http import request
+from .http import PermanentHTTPError, request
 from .llm import function_spec
 
 SEARCH_THREADS = 8
@@ -62,8 +62,10 @@ def search_pages(site: str, params: dict, scan: int, query: str, *,
 def _fetch_or_none(url: str) -> dict | None:
     try:
         return parse_page(url, request("GET", url).text)
-    except PermanentToolError:  # a broken page (404) has nothing to find
-        return None
+    except PermanentHTTPError as error:
+        if error.status == 404:  # a broken page has nothing to find
+            return None
+        raise
 
 
 # --- calculator -------------------------------------------------------------------------------

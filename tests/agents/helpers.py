@@ -40,7 +40,10 @@ def kill_holder(run_id: str, cluster, milestones, timeout: float = 60) -> list[i
                 return pid
             return None
 
-        pid = wait_until(victim, timeout, interval=0.02, message=f"kill {number} of {run_id}")
+        try:
+            pid = wait_until(victim, timeout, interval=0.02, message=f"kill {number}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the run: {describe(run_id)}") from None
         os.kill(pid, signal.SIGKILL)
         killed.append(pid)
     return killed
@@ -65,12 +68,21 @@ def wait_final(run_ids, timeout: float = 120, in_doubt_unit=None) -> dict:
         runs = Run.objects.filter(pk__in=run_ids)
         return len(runs) == len(run_ids) and all(r.status in FINAL for r in runs)
 
-    wait_until(all_final, timeout, interval=0.1, message=f"runs {run_ids} to end")
+    try:
+        wait_until(all_final, timeout, interval=0.1, message="the runs to end")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; " + "; ".join(describe(i) for i in run_ids)) from None
     runs = {r.id: r for r in Run.objects.filter(pk__in=run_ids)}
     for run in runs.values():
         assert run.status == "succeeded", (run.status, run.error, run.attention)
         assert_consistent(run)
     return runs
+
+
+def describe(run_id: str) -> str:
+    run = Run.objects.get(pk=run_id)
+    return (f"{run_id} {run.status} step {run.step_no} progress {run.progress_done}/"
+            f"{run.progress_total} owner {run.lease_owner} attention {run.attention}")
 
 
 def assert_nothing_reached_the_target_twice(run_id: str) -> Counter:

@@ -135,8 +135,8 @@ def main(argv=None) -> int:
     try:
         inputs = {"site_url": f"{server}/sandbox/site", "pages": args.pages, "latency_ms": 0,
                   "error_rate": 0.0}
-        from runs.durable import validate_inputs
         from builtin_agents.agents import Crawl
+        from runs.durable import validate_inputs
 
         inputs = validate_inputs(Crawl, inputs)
         plain_crawl({**inputs, "pages": 200})  # warm up the server and the connection

@@ -86,7 +86,11 @@ class Crawl(Agent):
         """Back after a crash, deploy or pause: did the site change while we were away?"""
         if state["generation"] is None:  # away before the first step: nothing fetched yet
             return state
-        changes = self.changes(ctx, state)
+        try:
+            changes = self.changes(ctx, state)
+        except ToolFailedError as failure:  # no harm: the last step checks again
+            ctx.log(f"could not check the site's generation: {failure.message}")
+            return state
         if changes["generation"] != state["generation"]:
             ctx.log(f"the site moved to generation {changes['generation']} while the crawl "
                     f"was away ({ctx.suspended_for:.0f} s); changed pages will be fetched again")
@@ -151,14 +155,14 @@ class Migrate(Agent):
         page = ctx.call(dataset.read_rows, state["source_url"], state["offset"],
                         state["batch_size"], state["rows"], state["seed"])
         rows = [self.transform(row) for row in page["rows"]]
+        checksum = dataset.checksum(rows)
         unit = f"{ctx.run_id}-batch-{state['offset']}"
         written = ctx.call(dataset.write_batch, state["target_url"], unit, rows)
-        if written["checksum"] != dataset.checksum(rows):
+        if written["checksum"] != checksum:
             raise MigrationError(f"the target stored something else for {unit}")
         state["source_checksum"] = dataset.add_checksums(state["source_checksum"],
                                                          page["checksum"])
-        state["expected_checksum"] = dataset.add_checksums(state["expected_checksum"],
-                                                           written["checksum"])
+        state["expected_checksum"] = dataset.add_checksums(state["expected_checksum"], checksum)
         state["copied"] += len(rows)
         state["batches"] += 1
         state["offset"] = page["next_offset"]
@@ -209,14 +213,15 @@ SYSTEM_PROMPT = (
 
 @agent("assistant", version="1")
 class Assistant(Agent):
-    """A tool-using chat agent over any OpenAI-compatible API (offline scripted model by default)."""
+    """A tool-using chat agent over an OpenAI-compatible API (scripted offline model by default)."""
 
     input_schema = {
         "type": "object",
         "properties": {
             "question": {"type": "string", "format": "textarea", "minLength": 1,
-                         "default": "Which pages mention a boat or the city, and how many are there?",
-                         "description": "What to ask."},
+                         "description": "What to ask.",
+                         "default": "Which pages mention a boat or the city, and how many "
+                                    "are there?"},
             "follow_ups": {"type": "array", "items": {"type": "string", "minLength": 1},
                            "default": [], "description": "Further questions, asked in turn "
                                                          "after each answer (a JSON list)."},

@@ -67,8 +67,8 @@ def test_answers_use_the_tools_and_survive_three_sigkills(server, start_cluster)
     reference, victim = launch("assistant", inputs), launch("assistant", inputs)
     # 3 questions x (think, search, think, calculate, think, note, answer) = 21 steps
     kill_holder(victim, cluster, [lambda run: run.step_no >= 2,
-                                  lambda run: run.step_no >= 9,
-                                  lambda run: run.step_no >= 16])
+                                  lambda run: run.step_no >= 7,
+                                  lambda run: run.step_no >= 12])
     runs = wait_final([reference, victim])
     for run in runs.values():
         assert_answers_use_the_tools(run)

@@ -5,7 +5,7 @@ import signal
 from collections import Counter
 
 from runs import services
-from runs.models import Run
+from runs.models import Run, RunEvent
 from sandbox.models import KeyCall, Notification, Record
 from tests.crash.helpers import assert_consistent, holder_pid
 from tests.support.processes import wait_until
@@ -13,9 +13,15 @@ from tests.support.processes import wait_until
 FINAL = ("succeeded", "failed", "cancelled")
 
 
-def cluster_env(server) -> dict:
+def cluster_env(server, **extra) -> dict:
     # A short lease: a killed worker's run is taken over within seconds.
-    return {"AGENTOPS_SANDBOX_URL": f"{server.url}/sandbox", "AGENTOPS_LEASE_SECONDS": 2}
+    return {"AGENTOPS_SANDBOX_URL": f"{server.url}/sandbox", "AGENTOPS_LEASE_SECONDS": 2,
+            **extra}
+
+
+# A worker process may run several runs in threads (PostgreSQL). A test that kills one
+# run's worker while an uninterrupted run goes on beside it gives each its own process.
+ONE_RUN_PER_WORKER = {"AGENTOPS_RUNS_PER_WORKER": 1}
 
 
 def launch(agent: str, inputs: dict) -> str:
@@ -100,9 +106,11 @@ def assert_nothing_reached_the_target_twice(run_id: str) -> Counter:
     return per_unit
 
 
-def killed_runs_resumed(run_id: str, kills: int) -> None:
-    """The run was taken over after each kill (a status event says "after crash")."""
-    from runs.models import RunEvent
+def resumes_after_a_crash(run_id: str) -> int:
+    """How often the run was taken over from a dead worker."""
+    return RunEvent.objects.filter(run_id=run_id, kind="status", data__after="crash").count()
 
-    crashes = RunEvent.objects.filter(run_id=run_id, kind="status", data__after="crash").count()
+
+def killed_runs_resumed(run_id: str, kills: int) -> None:
+    crashes = resumes_after_a_crash(run_id)
     assert crashes >= kills, f"{crashes} resumes after a crash, expected {kills}"

@@ -8,11 +8,13 @@ from sandbox import site
 from sandbox.models import Record
 from sandbox.scripted_llm import query_from
 from tests.agents.helpers import (
+    ONE_RUN_PER_WORKER,
     assert_nothing_reached_the_target_twice,
     cluster_env,
     kill_holder,
     killed_runs_resumed,
     launch,
+    resumes_after_a_crash,
     wait_final,
 )
 
@@ -62,7 +64,7 @@ def without_note_ids(output) -> str:
 
 
 def test_answers_use_the_tools_and_survive_three_sigkills(server, start_cluster):
-    cluster = start_cluster(workers=2, **cluster_env(server))
+    cluster = start_cluster(workers=2, **cluster_env(server, **ONE_RUN_PER_WORKER))
     inputs = assistant_inputs(server)
     reference, victim = launch("assistant", inputs), launch("assistant", inputs)
     # 3 questions x (think, search, think, calculate, think, note, answer) = 21 steps
@@ -75,3 +77,4 @@ def test_answers_use_the_tools_and_survive_three_sigkills(server, start_cluster)
         assert_nothing_reached_the_target_twice(run.id)
     assert without_note_ids(runs[victim].output) == without_note_ids(runs[reference].output)
     killed_runs_resumed(victim, 3)
+    assert resumes_after_a_crash(reference) == 0  # the reference ran uninterrupted

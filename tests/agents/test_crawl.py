@@ -7,7 +7,15 @@ import pytest
 
 from runs.models import Effect, RunEvent
 from sandbox import site
-from tests.agents.helpers import cluster_env, kill_holder, killed_runs_resumed, launch, wait_final
+from tests.agents.helpers import (
+    ONE_RUN_PER_WORKER,
+    cluster_env,
+    kill_holder,
+    killed_runs_resumed,
+    launch,
+    resumes_after_a_crash,
+    wait_final,
+)
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -40,7 +48,7 @@ def assert_report_matches_the_site(report: dict, generation: int = 0) -> None:
 
 
 def test_the_report_matches_the_site_and_survives_three_sigkills(server, start_cluster):
-    cluster = start_cluster(workers=2, **cluster_env(server))
+    cluster = start_cluster(workers=2, **cluster_env(server, **ONE_RUN_PER_WORKER))
     inputs = crawl_inputs(server)
     reference, victim = launch("crawl", inputs), launch("crawl", inputs)
     kill_holder(victim, cluster, [
@@ -53,6 +61,7 @@ def test_the_report_matches_the_site_and_survives_three_sigkills(server, start_c
     assert runs[victim].output == runs[reference].output
     assert runs[reference].output["fetches"] == len(site.expected_crawl(PAGES).reachable)
     killed_runs_resumed(victim, 3)
+    assert resumes_after_a_crash(reference) == 0  # the reference ran uninterrupted
     # The flaky pages answered 503 once and were fetched by a retry of the tool.
     assert Effect.objects.filter(run_id__in=[reference, victim], attempts__gt=1).exists()
 

@@ -38,26 +38,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
 
-    from bench.setup_db import setup_django
-
     from bench.compare import runner
+    from bench.setup_db import setup_django
 
     os.environ.pop("REDIS_URL", None)  # no channel layer: the bench measures the engine
     url = setup_django(args.url or runner.URL, fresh=True)
     started = time.time()
-    from bench.compare import agents  # noqa: F401  (registers the bench agents)
-    from bench.compare import dbos_peer, report
+    from bench.compare import agents, dbos_peer, report, resume, scenarios
     from bench.compare.langgraph_peer import LangGraphPeer
+
+    assert agents.Effects  # imported for its @agent registrations
 
     b = runner.Bench(url=url, sizes=runner.Sizes.for_mode(args.quick))
     b.log(f"database {url}; {'quick' if args.quick else 'full'} run, "
           f"{b.sizes.reps} alternating repetitions; scenarios {', '.join(only)}")
     dbos_peer.launch(url)
     lg = LangGraphPeer(url)
+    b.on_recover.append(lg.reopen)
     errors = {}
-    steps = {"1": lambda: runner.durable_steps(b), "2": lambda: runner.many_small_runs(b),
-             "3": lambda: runner.growing_state(b, lg), "4": lambda: runner.large_state(b, lg),
-             "5": lambda: runner.resume(b), "6": lambda: runner.concurrency(b)}
+    steps = {"1": lambda: scenarios.durable_steps(b), "2": lambda: scenarios.many_small_runs(b),
+             "3": lambda: scenarios.growing_state(b, lg), "4": lambda: scenarios.large_state(b, lg),
+             "5": lambda: resume.resume(b), "6": lambda: scenarios.concurrency(b)}
     load = [os.getloadavg()[0]]
     try:
         for scenario in only:
@@ -123,11 +124,17 @@ def machine(url: str) -> dict:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, cwd=RESULTS.parent.parent).stdout.strip()
-    except OSError:
-        commit = ""
+    commit = _git("rev-parse", "--short", "HEAD")
+    changed = _git("status", "--porcelain", "--", "runs", "agentops")
     return {"nproc": os.cpu_count(), "cpu": cpu, "postgres": f"PostgreSQL {pg}",
             "python": platform.python_version(), "packages": versions, "commit": commit,
+            "engine_files_changed_since_commit": changed.splitlines(),
             "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)}
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=False,
+                              cwd=RESULTS.parent.parent).stdout.strip()
+    except OSError:
+        return ""

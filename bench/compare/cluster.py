@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -33,10 +34,10 @@ class QCluster:
             child_env["AGENTOPS_WORKERS"] = str(workers)
         child_env.update({k: str(v) for k, v in env.items()})
         self.log_path = self.tmp / "qcluster.log"
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=ROOT,
-                                     env=child_env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=ROOT,
+                                         env=child_env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
         self.workers = workers or int(_settings_workers())
         deadline = time.monotonic() + 60
         while len(self.worker_pids()) < self.workers:
@@ -70,16 +71,11 @@ class QCluster:
         """SIGTERM to the main process (a deploy): runs hand back at their next boundary."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
+        with contextlib.suppress(ProcessLookupError):  # what is left of the group
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait(10)
-        self._log.close()
 
 
 def _settings_workers() -> int:

@@ -7,6 +7,7 @@ Its tables live in schema `langgraph` of the bench database.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import time
 import uuid
@@ -58,9 +59,13 @@ class LangGraphPeer:
         self.url = url
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+        self.open()
+
+    def open(self) -> None:
+        """Connect (again: after a database restart the old connection is gone)."""
         self._stack = ExitStack()
         self.saver = self._stack.enter_context(
-            PostgresSaver.from_conn_string(f"{url}?options=-csearch_path%3D{SCHEMA}"))
+            PostgresSaver.from_conn_string(f"{self.url}?options=-csearch_path%3D{SCHEMA}"))
         self.saver.setup()
         chat = StateGraph(ChatState)
         chat.add_node("chat", _chat)
@@ -74,7 +79,12 @@ class LangGraphPeer:
         self.big = big.compile(checkpointer=self.saver)
 
     def close(self) -> None:
-        self._stack.close()
+        with contextlib.suppress(Exception):  # a connection the server already dropped
+            self._stack.close()
+
+    def reopen(self) -> None:
+        self.close()
+        self.open()
 
     def _invoke(self, graph, inputs: dict, steps: int) -> float:
         config = {"configurable": {"thread_id": uuid.uuid4().hex},

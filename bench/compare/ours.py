@@ -55,10 +55,10 @@ def finished_span(run_ids: list[str], since_wall: float, timeout: float) -> floa
 
 def effects_between(run_ids: list[str], start_wall: float, end_wall: float) -> tuple[int, int]:
     """(effects finished in the window, runs with at least one effect by its end)."""
-    from datetime import datetime, timezone
+    from datetime import UTC, datetime
 
-    start = datetime.fromtimestamp(start_wall, tz=timezone.utc)
-    end = datetime.fromtimestamp(end_wall, tz=timezone.utc)
+    start = datetime.fromtimestamp(start_wall, tz=UTC)
+    end = datetime.fromtimestamp(end_wall, tz=UTC)
     effects = Effect.objects.filter(run_id__in=run_ids, kind="call", status="done")
     in_window = effects.filter(finished_at__gte=start, finished_at__lt=end).count()
     progressed = effects.filter(finished_at__lt=end).values("run_id").distinct().count()

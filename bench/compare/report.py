@@ -10,7 +10,7 @@ from bench.compare.stats import Row
 
 
 def fmt(value: float) -> str:
-    if value != value:
+    if not math.isfinite(value):
         return "-"
     magnitude = abs(value)
     if magnitude >= 1000:

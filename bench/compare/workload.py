@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import random
 
-WORDS = ("agent tool call result state plan step memory search page fetch summary user "
-         "assistant answer question context token model retry error value record table "
-         "index query write read update durable checkpoint effect resume worker lease "
-         "epoch branch replay log event status output input schema graph node edge "
-         "message history prompt reply draft final review check test data file").split()
+WORDS = ("agent", "tool", "call", "result", "state", "plan", "step", "memory", "search",
+         "page", "fetch", "summary", "user", "assistant", "answer", "question", "context",
+         "token", "model", "retry", "error", "value", "record", "table", "index", "query",
+         "write", "read", "update", "durable", "checkpoint", "effect", "resume", "worker",
+         "lease", "epoch", "branch", "replay", "log", "event", "status", "output", "input",
+         "schema", "graph", "node", "edge", "message", "history", "prompt", "reply", "draft",
+         "final", "review", "check", "test", "data", "file")
 
 
 def message(n: int, size: int = 500) -> dict:

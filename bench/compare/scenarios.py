@@ -1,0 +1,251 @@
+"""Scenarios 1-4 and 6 of issue 7 (5 is in resume.py). Each repetition measures
+agentops, then its peer, then the next repetition: a noisy neighbour hits both."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+import time
+
+from bench.compare.runner import Bench
+from bench.compare.stats import Row, Samples
+
+
+def _scaled(samples: Samples, factor: float = 1.0, invert: bool = False) -> Samples:
+    return Samples([(1 / v if invert else v) * factor for v in samples.values])
+
+
+# --- 1: durable steps ---------------------------------------------------------------------
+def durable_steps(b: Bench) -> None:
+    from bench.compare import dbos_peer, ours
+    from bench.setup_db import raw_insert_floor
+
+    n = b.sizes.effects
+
+    def rep(_):
+        floor = raw_insert_floor(b.url, b.sizes.floor_rows)
+        one = ours.run_in_process("bench-effects", {"n": n})[1] / n
+        dbos = dbos_peer.run_steps(n) / n
+        many = ours.run_in_process("bench-steps", {"n": n})[1] / n
+        return ({"floor": floor, "one": one, "dbos": dbos, "many": many},
+                f"floor {floor * 1e3:.3f} ms; agentops {one * 1e3:.3f} ms/effect (one step), "
+                f"{many * 1e3:.3f} ms/step (checkpointed); DBOS {dbos * 1e3:.3f} ms/step")
+
+    s = b.repeat("1", rep)
+    b.floor.values += s["floor"].values
+    floor_ms = _scaled(s["floor"], 1e3)
+    title, title_b = f"{n:,} no-op effects in one run", f"{n:,} steps of 1 effect, checkpoint each"
+    b.rows += [
+        Row("1", title, "steps/s", "/s", _scaled(s["one"], invert=True),
+            _scaled(s["dbos"], invert=True), "DBOS", 4.0, True, ">= 4x DBOS",
+            "agentops: one step making n ctx.call of an idempotent no-op tool; "
+            "DBOS: a workflow of n @DBOS.step()"),
+        Row("1", title, "time per effect", "ms", _scaled(s["one"], 1e3), floor_ms, "raw floor",
+            2.0, False, "<= 2x floor"),
+        Row("1b", title_b, "steps/s", "/s", _scaled(s["many"], invert=True),
+            _scaled(s["dbos"], invert=True), "DBOS", None, True, "(info)",
+            "agentops also snapshots the state after every step; DBOS keeps no snapshot"),
+        Row("1b", title_b, "time per step", "ms", _scaled(s["many"], 1e3), floor_ms,
+            "raw floor", None, False, "(info)"),
+    ]
+
+
+# --- 2: many small runs, real worker --------------------------------------------------------
+def many_small_runs(b: Bench) -> None:
+    from bench.compare import dbos_peer, ours
+    from bench.compare.cluster import QCluster
+
+    runs, steps = b.sizes.runs, b.sizes.run_effects
+    q = dbos_peer.queue()
+    cluster = QCluster(b.url)
+    b.extra["qcluster_workers"] = cluster.workers
+
+    def rep(_):
+        since = time.time()
+        ids = ours.launch_many("bench-effects", {"n": steps}, runs)
+        launched = time.time() - since
+        ours_rate = runs / ours.finished_span(ids, since, timeout=600)
+        since = time.time()
+        dbos_rate = runs / _dbos_span(b.url, dbos_peer.run_many(q, runs, steps), since)
+        return ({"ours": ours_rate, "dbos": dbos_rate, "launch": runs / launched},
+                f"agentops {ours_rate:.1f} runs/s (launching alone: {runs / launched:.0f}/s), "
+                f"DBOS {dbos_rate:.1f} workflows/s")
+
+    try:
+        s = b.repeat("2", rep)
+    finally:
+        cluster.stop()
+    b.extra["launch_rate_per_s"] = s["launch"].as_dict()
+    b.rows.append(Row(
+        "2", f"{runs:,} runs of {steps} effects, launch to finished", "runs/s", "/s", s["ours"],
+        s["dbos"], "DBOS", 1.0, True, ">= 1x DBOS",
+        f"agentops: run_launch + a real qcluster ({cluster.workers} worker processes); "
+        f"DBOS: Queue.enqueue, executed in-process (threads); both: first launch to last finish"))
+
+
+def _dbos_span(url: str, workflow_ids: list[str], since: float) -> float:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        last = conn.execute("SELECT max(updated_at) FROM dbos.workflow_status "
+                            "WHERE workflow_uuid = ANY(%s) AND status = 'SUCCESS'",
+                            [workflow_ids]).fetchone()[0]
+    return last / 1000 - since
+
+
+# --- 3: growing state ---------------------------------------------------------------------------
+def growing_state(b: Bench, lg) -> None:
+    from bench.compare import ours
+
+    n = b.sizes.chat_steps
+
+    def rep(_):
+        ours.truncate(["runs_run"])
+        before = ours.table_bytes()
+        t = ours.run_in_process("bench-chat", {"n": n})[1]
+        ours_bytes, ours_rate = (ours.table_bytes() - before) / n, n / t
+        ours.truncate(lg.table_names())
+        before = ours.table_bytes(lg.table_names())
+        t = lg.run_chat(n)
+        lg_bytes, lg_rate = (ours.table_bytes(lg.table_names()) - before) / n, n / t
+        return ({"ours_bytes": ours_bytes, "ours_rate": ours_rate, "lg_bytes": lg_bytes,
+                 "lg_rate": lg_rate},
+                f"agentops {ours_rate:.0f} steps/s {ours_bytes:.0f} B/step; "
+                f"LangGraph {lg_rate:.0f} steps/s {lg_bytes:.0f} B/step")
+
+    s = b.repeat("3", rep)
+    title = f"chat history +1 msg (~500 B) a step, {n} steps"
+    b.rows += [
+        Row("3", title, "stored bytes/step", "B", s["ours_bytes"], s["lg_bytes"], "LangGraph",
+            0.5, False, "<= 0.5x LangGraph",
+            "pg_total_relation_size of the tables involved (heap, indexes, TOAST)"),
+        Row("3", title, "steps/s", "/s", s["ours_rate"], s["lg_rate"], "LangGraph", 1.0, True,
+            ">= 1x LangGraph", 'LangGraph: durability="sync", a checkpoint every step'),
+    ]
+
+
+# --- 4: large state, small changes ------------------------------------------------------------
+def large_state(b: Bench, lg) -> None:
+    from bench.compare import ours
+
+    n, chunks, base = b.sizes.big_steps, b.sizes.big_chunks, 2
+
+    def marginal(run, tables):
+        """Bytes of a run of base+n steps minus those of a run of base steps: what n
+        more steps store, without the first 1 MiB snapshot."""
+        sizes = []
+        for steps in (base, base + n):
+            ours.truncate(tables)
+            before = ours.table_bytes(tables)
+            elapsed = run(steps)
+            sizes.append(ours.table_bytes(tables) - before)
+        return (sizes[1] - sizes[0]) / n, (base + n) / elapsed
+
+    def rep(_):
+        ours_bytes, ours_rate = marginal(
+            lambda k: ours.run_in_process("bench-bigstate", {"n": k, "chunks": chunks})[1],
+            list(ours.TABLES))
+        lg_bytes, lg_rate = marginal(lambda k: lg.run_big(k, chunks), lg.table_names())
+        return ({"ours_bytes": ours_bytes, "ours_rate": ours_rate, "lg_bytes": lg_bytes,
+                 "lg_rate": lg_rate},
+                f"agentops {ours_bytes / 1024:.1f} KiB/step {ours_rate:.0f} steps/s; "
+                f"LangGraph {lg_bytes / 1024:.1f} KiB/step {lg_rate:.1f} steps/s")
+
+    s = b.repeat("4", rep)
+    title = f"{chunks} KiB state, 1 KiB changes a step, {n} steps"
+    change = Samples([1024.0] * len(s["ours_bytes"].values))
+    b.rows += [
+        Row("4", title, "stored bytes/step", "B", s["ours_bytes"], change, "the change (1 KiB)",
+            10.0, False, "<= 10x the change", "marginal: a run of 2+n steps minus one of 2"),
+        Row("4", title, "stored bytes/step", "B", s["ours_bytes"], s["lg_bytes"], "LangGraph",
+            None, False, "(info)"),
+        Row("4", title, "steps/s", "/s", s["ours_rate"], s["lg_rate"], "LangGraph", None, True,
+            "(info)"),
+    ]
+
+
+# --- 6: concurrency -------------------------------------------------------------------------------
+def concurrency(b: Bench) -> None:
+    runs, window = b.sizes.active_runs, b.sizes.window
+
+    def rep(_):
+        ours_rate, ours_runs, ours_rss, workers = _ours_window(b, runs, window)
+        dbos_rate, dbos_runs, dbos_rss = _dbos_window(b, runs, window)
+        b.extra["qcluster_workers"] = workers
+        return ({"ours_rate": ours_rate, "ours_runs": ours_runs, "ours_rss": ours_rss,
+                 "dbos_rate": dbos_rate, "dbos_runs": dbos_runs, "dbos_rss": dbos_rss},
+                f"agentops {ours_rate:.1f} effects/s, {ours_runs:.0f}/{runs} runs progressed, "
+                f"{ours_rss:.0f} MiB; DBOS {dbos_rate:.1f} effects/s, {dbos_runs:.0f}/{runs}, "
+                f"{dbos_rss:.0f} MiB")
+
+    s = b.repeat("6", rep)
+    title = f"{runs:,} active runs, tool sleeps 1 s, {window:.0f} s window"
+    everyone = Samples([float(runs)] * len(s["ours_runs"].values))
+    b.rows += [
+        Row("6", title, "effects/s", "/s", s["ours_rate"], s["dbos_rate"], "DBOS", None, True,
+            "(reported)", f"agentops: one qcluster of {b.extra.get('qcluster_workers')} "
+            "workers; DBOS: one process, a thread per workflow"),
+        Row("6", title, "runs that progressed", "runs", s["ours_runs"], everyone, "all runs",
+            1.0, True, "all progress", "runs with an effect finished by the window's end"),
+        Row("6", title, "peak RSS of the worker(s)", "MiB", s["ours_rss"], s["dbos_rss"], "DBOS",
+            None, False, "(reported)",
+            "agentops: qcluster main + sentinel + monitor + pusher + workers; DBOS: one process"),
+    ]
+
+
+def _ours_window(b: Bench, runs: int, window: float):
+    from bench.compare import ours
+    from bench.compare.cluster import QCluster
+
+    cluster = QCluster(b.url)
+    ids = []
+    try:
+        ids = ours.launch_many("bench-llm", {"n": 1000, "seconds": 1.0}, runs)
+        start = time.time()
+        peak = _peak(lambda: cluster.rss()["total"], window)
+        end = time.time()
+        done, progressed = ours.effects_between(ids, start, end)
+    finally:
+        cluster.stop()
+        ours.abandon(ids)
+    return done / (end - start), progressed, peak / 2**20, cluster.workers
+
+
+def _dbos_window(b: Bench, runs: int, window: float):
+    """DBOS runs the same workload in a process of its own, so its memory is its own."""
+    import psutil
+    import psycopg
+
+    child = subprocess.Popen([sys.executable, "-m", "bench.compare.dbos_peer", "llm", b.url,
+                              str(runs), "1000", "1.0"], stdout=subprocess.PIPE,
+                             start_new_session=True)
+    try:
+        child.stdout.readline()  # "enqueued": every workflow has started
+        start = time.time()
+        peak = _peak(lambda: psutil.Process(child.pid).memory_info().rss, window)
+        end = time.time()
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    with psycopg.connect(b.url, autocommit=True) as conn:
+        done, progressed = conn.execute("""
+            SELECT count(*) FILTER (WHERE o.completed_at_epoch_ms >= %s
+                                      AND o.completed_at_epoch_ms < %s),
+                   count(DISTINCT o.workflow_uuid) FILTER (WHERE o.completed_at_epoch_ms < %s)
+            FROM dbos.operation_outputs o JOIN dbos.workflow_status w USING (workflow_uuid)
+            WHERE w.executor_id = 'llm' AND w.status = 'PENDING'""",
+                                        [start * 1000, end * 1000, end * 1000]).fetchone()
+        conn.execute("UPDATE dbos.workflow_status SET status = 'CANCELLED' "
+                     "WHERE executor_id = 'llm' AND status IN ('PENDING', 'ENQUEUED')")
+    return done / (end - start), progressed, peak / 2**20
+
+
+def _peak(read, seconds: float) -> float:
+    peak, end = 0.0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        with contextlib.suppress(Exception):  # a process went away between two samples
+            peak = max(peak, read())
+        time.sleep(0.5)
+    return peak

@@ -39,7 +39,10 @@ from collections import deque
 from itertools import islice
 
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
+from channels.utils import await_many_dispatch
 from django.conf import settings
 
 from runs import selectors
@@ -54,6 +57,7 @@ MAX_FRAME = 64 * 1024   # bytes a client message may have
 MAX_ERRORS = 20         # protocol errors before the server closes the socket
 MAX_WATCH = 100         # runs one list socket may follow
 NEW_RUNS_EVERY = 1.0    # seconds between checks for runs launched elsewhere
+REJOIN_EVERY = 5.0      # seconds between attempts to rejoin groups after a layer failure
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
@@ -212,8 +216,58 @@ class LiveConsumer(AsyncWebsocketConsumer):
     """Authentication, JSON framing, errors that keep the socket usable, and a pump
     task that sends whatever the subclass says is due when it is woken."""
 
-    group_names: list[str] = []
     wants_events = False
+
+    async def __call__(self, scope, receive, send):
+        """AsyncConsumer.__call__, except that a failing channel layer (Redis down or
+        restarting) does not kill the socket: it only stops the wake-ups, and the
+        polling keeps the page live until the layer is back."""
+        self.scope = scope
+        self.base_send = send
+        self.layer_ok = True
+        self.rejoin_at = 0.0
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        sources = [receive]
+        if self.channel_layer is not None:
+            self.channel_name = await self.channel_layer.new_channel()
+            sources.append(self._layer_receive)
+        try:
+            await await_many_dispatch(sources, self.dispatch)
+        except StopConsumer:
+            pass
+
+    async def _layer_receive(self):
+        delay = 0.5
+        while True:
+            try:
+                return await self.channel_layer.receive(self.channel_name)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                if self.layer_ok:
+                    logger.warning("channel layer receive failed; polling only", exc_info=True)
+                self._layer_failed()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    def _layer_failed(self) -> None:
+        if self.layer_ok:
+            self.rejoin_at = time.monotonic() + REJOIN_EVERY
+        self.layer_ok = False
+
+    async def _join_groups(self) -> None:
+        """Join (or, after a layer failure, rejoin: a restarted Redis forgot us) the groups."""
+        try:
+            for group in self.groups_to_join():
+                await self.channel_layer.group_add(group, self.channel_name)
+                if group not in self.joined:
+                    self.joined.append(group)
+            self.layer_ok = True
+        except Exception:  # Redis down: polling alone keeps the page live
+            if self.layer_ok:
+                logger.warning("could not join the live groups; polling only", exc_info=True)
+            self._layer_failed()
+            self.rejoin_at = time.monotonic() + REJOIN_EVERY
 
     async def connect(self):
         self.errors = 0
@@ -228,12 +282,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_NOT_FOUND)
             return
         await self.accept()
-        for group in self.groups_to_join():
-            try:
-                await self.channel_layer.group_add(group, self.channel_name)
-                self.joined.append(group)
-            except Exception:  # Redis down: polling alone keeps the page live
-                logger.warning("could not join %s; polling only", group, exc_info=True)
+        if self.channel_layer is not None:
+            await self._join_groups()
         await self.started()
         self.pump_task = asyncio.ensure_future(self._pump())
 
@@ -289,6 +339,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
                 except asyncio.TimeoutError:
                     pass
                 self.wake.clear()
+                if not self.layer_ok and time.monotonic() >= self.rejoin_at:
+                    await self._join_groups()
                 await self.pump()
         except asyncio.CancelledError:
             pass

@@ -13,6 +13,7 @@ import json
 import pytest
 import pytest_asyncio
 from channels.db import database_sync_to_async
+from channels.layers import InMemoryChannelLayer
 from channels.testing import WebsocketCommunicator
 from django.db import connections
 from django.test import Client
@@ -332,3 +333,25 @@ async def test_the_list_rejects_a_malformed_watch(sockets, cookies):
         assert error["type"] == "error", bad
     await communicator.send_json_to({"type": "watch", "runs": {}})
     assert await receive(communicator) == {"type": "watching", "runs": []}
+
+
+class BrokenLayer(InMemoryChannelLayer):
+    """Redis down: every call to the layer fails."""
+
+    async def group_add(self, group, channel):
+        raise ConnectionError("redis is down")
+
+    async def receive(self, channel):
+        raise ConnectionError("redis is down")
+
+
+async def test_a_broken_channel_layer_leaves_the_page_on_polling(settings, sockets, cookies,
+                                                                  finished_run):
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": f"{__name__}.BrokenLayer"}}
+    communicator, connected, _ = await sockets(f"/ws/runs/{finished_run.pk}/", cookies["alice"])
+    assert connected
+    await communicator.send_json_to({"type": "hello", "after": finished_run.event_seq})
+    assert (await receive(communicator))["type"] == "welcome"
+    head = await database_sync_to_async(_many_events)(finished_run.pk, 3)
+    events = await collect_events(communicator, head, timeout=3)
+    assert seqs_of(events) == list(range(finished_run.event_seq + 1, head + 1))

@@ -84,7 +84,8 @@ def profile(args, kinds_available: list[str]) -> Profile:
         base = Profile("ci", seed, runs=26, faults=len(chosen) + 4, minutes=1.75, kinds=chosen,
                        workers=1 if args.sqlite else 2, follow_share=0.3, drain_seconds=120)
     else:
-        base = Profile("full", seed, runs=220, faults=120, minutes=9.0, kinds=chosen)
+        # scale 2: the workers stay below saturation, so a recovery is measured, not a queue
+        base = Profile("full", seed, runs=220, faults=120, minutes=9.0, kinds=chosen, scale=2)
         if args.sqlite:
             base.workers = 1
     base.runs = args.runs or base.runs

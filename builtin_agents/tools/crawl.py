@@ -17,18 +17,15 @@ from collections import Counter
 from html.parser import HTMLParser
 from urllib.parse import urlencode, urljoin, urlsplit
 
-from runs.durable import Retry, tool
+from runs.durable import tool
 
-from .http import request
+from .http import HTTP_RETRY, request
 
 TOP_TERMS = 20
 MOST_LINKED = 10
 WORD = re.compile(r"[a-z0-9']+")
 PAGE_PATH = re.compile(r"/page/(\d+)$")
 
-# A 503 page is retried by the engine (a flaky page fails its first request only);
-# a 404 raises PermanentToolError and is logged as a failure at once.
-PAGE_RETRY = Retry(attempts=4, backoff=0.05, max_backoff=1.0)
 
 
 # --- the site's URLs ----------------------------------------------------------------------
@@ -93,14 +90,18 @@ def parse_page(url: str, html: str) -> dict:
 
 
 # --- tools ------------------------------------------------------------------------------------
-@tool(idempotent=True, retry=PAGE_RETRY)
+@tool(idempotent=True, retry=HTTP_RETRY)
 def fetch_page(url: str, *, idempotency_key: str) -> dict:
-    """GET one page of the site (a read: safe to repeat, so idempotent)."""
+    """GET one page of the site (a read: safe to repeat, so idempotent).
+
+    A 503 (a flaky page fails its first request) is retried by the engine's retry
+    policy; a 404 raises PermanentHTTPError and the crawl notes a failure at once.
+    """
     response = request("GET", url, idempotency_key=idempotency_key)
     return parse_page(url, response.text)
 
 
-@tool(idempotent=True, retry=PAGE_RETRY)
+@tool(idempotent=True, retry=HTTP_RETRY)
 def site_generation(site: str, pages: int, since: int, *, idempotency_key: str) -> dict:
     """The site's generation now, and the pages whose text changed after ``since``."""
     response = request("GET", f"{site}/generation", params={"pages": pages, "since": since},

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from runs.durable import PermanentToolError, Retry, tool
+from runs.durable import PermanentToolError, tool
 from sandbox.dataset import checksum, transform  # noqa: F401  (re-exported for the agent)
 
-from .http import TransientHTTPError, request
+from .http import HTTP_RETRY, TransientHTTPError, request
 
-IO_RETRY = Retry(attempts=5, backoff=0.1, max_backoff=2.0)
 MAX_VERIFY_RECORDS = 10_000  # the records API lists at most this many at once
 
 
@@ -31,7 +30,7 @@ def add_checksums(a: str, b: str) -> str:
 ZERO = f"{0:016x}"
 
 
-@tool(idempotent=True, retry=IO_RETRY)
+@tool(idempotent=True, retry=HTTP_RETRY)
 def read_rows(source: str, offset: int, limit: int, total: int, seed: int, *,
               idempotency_key: str) -> dict:
     """One page of source rows. The source's checksum is checked against the rows received."""
@@ -43,7 +42,7 @@ def read_rows(source: str, offset: int, limit: int, total: int, seed: int, *,
     return {"rows": body["rows"], "next_offset": body["next_offset"], "checksum": body["checksum"]}
 
 
-@tool(idempotent=True, retry=IO_RETRY)
+@tool(idempotent=True, retry=HTTP_RETRY)
 def write_batch(target: str, unit: str, rows: list, *, idempotency_key: str) -> dict:
     """POST one batch as one record. Returns what the target stored (not the rows)."""
     payload = {"unit": unit, "count": len(rows), "checksum": checksum(rows), "rows": rows}
@@ -56,7 +55,7 @@ def write_batch(target: str, unit: str, rows: list, *, idempotency_key: str) -> 
             "replayed": response.headers.get("Idempotent-Replayed") == "true"}
 
 
-@tool(idempotent=True, retry=IO_RETRY)
+@tool(idempotent=True, retry=HTTP_RETRY)
 def read_back(target: str, key_prefix: str, *, idempotency_key: str) -> dict:
     """Everything the target holds under ``key_prefix``: records, rows, checksum, units."""
     response = request("GET", f"{target}/records", idempotency_key=idempotency_key,

@@ -18,9 +18,12 @@ import threading
 import httpx
 from django.conf import settings
 
-from runs.durable import PermanentToolError
+from runs.durable import PermanentToolError, Retry
 
 TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+# Transient errors are retried 5 times, 0.1 s after the first failure, then 0.2, 0.4,
+# 0.8 and 1.6 s: a flaky page costs 0.1 s, a server restart of ~3 s is ridden out.
+HTTP_RETRY = Retry(attempts=6, backoff=0.1, max_backoff=2.0)
 TRANSIENT_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 USER_AGENT = "agentops-builtin-agents/1"
 

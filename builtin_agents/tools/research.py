@@ -19,15 +19,14 @@ import ast
 import operator
 from concurrent.futures import ThreadPoolExecutor
 
-from runs.durable import Retry, tool
+from runs.durable import tool
 
 from .crawl import WORD, page_url, parse_page
-from .http import PermanentHTTPError, request
+from .http import HTTP_RETRY, PermanentHTTPError, request
 from .llm import function_spec
 
 SEARCH_THREADS = 8
 MAX_HITS = 5
-IO_RETRY = Retry(attempts=4, backoff=0.1, max_backoff=2.0)
 
 SPECS = [
     function_spec("search_pages", "Search the crawled site's pages for words; returns the "
@@ -41,7 +40,7 @@ SPECS = [
 
 
 # --- search ------------------------------------------------------------------------------------
-@tool(idempotent=True, retry=IO_RETRY)
+@tool(idempotent=True, retry=HTTP_RETRY)
 def search_pages(site: str, params: dict, scan: int, query: str, *,
                  idempotency_key: str) -> dict:
     """Rank pages 0 .. scan-1 by the occurrences of the query's words."""
@@ -125,7 +124,7 @@ def calculator(expression: str, *, idempotency_key: str) -> dict:
 
 
 # --- notes ------------------------------------------------------------------------------------
-@tool(idempotent=True, retry=IO_RETRY)
+@tool(idempotent=True, retry=HTTP_RETRY)
 def write_note(target: str, unit: str, title: str, body: str, *, idempotency_key: str) -> dict:
     """Store a note as a record; a repeat with the same key returns the same note."""
     response = request("POST", f"{target}/records", idempotency_key=idempotency_key,

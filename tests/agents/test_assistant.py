@@ -50,7 +50,7 @@ def assert_answers_use_the_tools(run) -> None:
     for (question, answer), note in zip(
             [(a["question"], a["answer"]) for a in output["answers"]], notes, strict=True):
         hits, top = expected_search(question)
-        assert f"found {hits} hits" in answer, answer
+        assert f"found {hits} hits" in answer, (answer, output["memory"])
         assert f"the top hit is {top}" in answer, answer
         assert f"{hits} * 2 = {hits * 2}" in answer, answer  # the calculator's result
         assert f"note with id {note.pk}" in answer, answer   # the id write_note returned

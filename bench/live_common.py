@@ -49,25 +49,34 @@ def bench_user_cookie(username: str = "bench-viewer") -> tuple[object, str]:
 
 def create_runs(user, count: int) -> list[str]:
     """Runs that exist but that no worker executes: the bench writes their events."""
+    import tests.workload_agents  # noqa: F401  (the "ticker" agent)
     from runs.durable import control
     from runs.store import OrmStore
-
-    import tests.workload_agents  # noqa: F401  (the "ticker" agent)
 
     return [control.launch(OrmStore(), agent="ticker", inputs={}, owner=str(user.pk)).id
             for _ in range(count)]
 
 
-def write_events(store, run_id: str, messages: list[dict], on_commit=None) -> None:
-    """One engine commit of log events (as a step's commit would write them)."""
-    from django.db import transaction
+def stamping_store(stamp, wake: bool):
+    """An OrmStore whose notify hook first calls stamp(): the store calls it right after
+    the COMMIT (at once on PostgreSQL's one-statement path, on_commit otherwise), then,
+    if `wake`, wakes viewers as the worker does (notify_run)."""
+    from runs.live import notify_run
+    from runs.store import OrmStore
 
+    def notify(run_id, seq):
+        stamp(seq)
+        if wake:
+            notify_run(run_id, seq)
+
+    return OrmStore(notify=notify)
+
+
+def write_events(store, run_id: str, messages: list[dict]) -> None:
+    """One engine commit of log events, in autocommit as the worker makes it."""
     from runs.durable import records as r
 
-    with transaction.atomic():
-        if on_commit is not None:
-            transaction.on_commit(on_commit)  # registered first: runs right after COMMIT
-        store.commit(run_id, 0, r.Commit(events=[("log", m) for m in messages]))
+    store.commit(run_id, 0, r.Commit(events=[("log", m) for m in messages]))
 
 
 def parse_at(iso: str) -> float:

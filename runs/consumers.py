@@ -32,6 +32,7 @@ run, so N viewers of a run cost one query per change, not N.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -166,10 +167,8 @@ class LiveHub:
 
     async def _run(self) -> None:
         while self.feeds:
-            try:
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=poll_seconds())
-            except asyncio.TimeoutError:
-                pass
             self.wake.clear()
             try:
                 await self._refresh()
@@ -231,10 +230,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if self.channel_layer is not None:
             self.channel_name = await self.channel_layer.new_channel()
             sources.append(self._layer_receive)
-        try:
+        with contextlib.suppress(StopConsumer):
             await await_many_dispatch(sources, self.dispatch)
-        except StopConsumer:
-            pass
 
     async def _layer_receive(self):
         delay = 0.5
@@ -291,10 +288,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if getattr(self, "pump_task", None) is not None:
             self.pump_task.cancel()
         for group in getattr(self, "joined", []):
-            try:
+            with contextlib.suppress(Exception):
                 await self.channel_layer.group_discard(group, self.channel_name)
-            except Exception:
-                pass
         self.stopped()
 
     async def receive(self, text_data=None, bytes_data=None):
@@ -334,10 +329,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def _pump(self):
         try:
             while True:
-                try:
+                with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), timeout=self.pump_timeout())
-                except asyncio.TimeoutError:
-                    pass
                 self.wake.clear()
                 if not self.layer_ok and time.monotonic() >= self.rejoin_at:
                     await self._join_groups()

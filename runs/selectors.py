@@ -132,8 +132,13 @@ def run_effects(run: Run, limit: int = EFFECTS_SHOWN) -> tuple[list[Effect], int
     return list(effects.order_by("-started_at", "-id")[:limit]), total
 
 
-def run_checkpoints(run: Run) -> list[Checkpoint]:
-    return list(Checkpoint.objects.filter(run=run).defer("blob").order_by("number"))
+TIMELINE_CHECKPOINTS = 2000
+
+
+def run_checkpoints(run: Run, limit: int = TIMELINE_CHECKPOINTS) -> list[Checkpoint]:
+    """The latest `limit` checkpoints (without their blobs), oldest first."""
+    rows = Checkpoint.objects.filter(run=run).defer("blob").order_by("-number")[:limit]
+    return list(reversed(rows))
 
 
 def checkpoint_get(run: Run, number: int) -> Checkpoint:

@@ -9,7 +9,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from runs import selectors, services
-from runs.durable import (AgentNotFoundError, DurableError, InputValidationError, registry)
+from runs.durable import AgentNotFoundError, DurableError, InputValidationError, registry
 from runs.forms import SchemaForm
 from runs.views.panels import all_panels_context
 from runs.views.present import STATUS_LABELS, event_message

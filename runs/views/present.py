@@ -246,7 +246,7 @@ def _branch_at(checkpoints, when, default: int) -> int:
 
 def _ticks(max_step: int, count: int = 6) -> list[int]:
     if max_step <= count:
-        return list(range(0, max_step + 1))
+        return list(range(max_step + 1))
     raw = max_step / count
     magnitude = 10 ** (len(str(int(raw))) - 1)
     step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)

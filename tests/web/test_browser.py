@@ -11,7 +11,6 @@ import re
 
 import pytest
 
-from runs.durable.serde import decode_state
 from runs.models import Checkpoint, Run, RunEvent
 from tests.support.processes import Server, wait_until
 from tests.web.conftest import log_in, screenshot
@@ -128,8 +127,7 @@ def test_launch_watch_leave_rejoin_and_survive_a_daphne_restart(users, server, s
         mark.click()
         page.wait_for_selector(f"#checkpoint-state h3:text('Checkpoint #{number}')")
         checkpoint = Checkpoint.objects.get(run_id=run_id, number=number)
-        state = decode_state(bytes(checkpoint.blob), checkpoint.codec)
-        assert json.loads(page.inner_text("#checkpoint-state pre")) == state
+        assert json.loads(page.inner_text("#checkpoint-state pre")) == checkpoint.state()
         screenshot(page, "run-page")
 
         page.goto(f"{restarted.url}/")

@@ -8,6 +8,7 @@ assertions with wake-ups through Redis.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import pytest
@@ -74,10 +75,8 @@ async def sockets():
 
     yield open_socket
     for communicator in opened:
-        try:
+        with contextlib.suppress(Exception):
             await communicator.disconnect(timeout=2)
-        except Exception:
-            pass
     # The consumers' database thread keeps its connection (CONN_MAX_AGE): close it, or
     # the test database cannot be dropped at the end.
     await database_sync_to_async(connections.close_all)()

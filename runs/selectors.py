@@ -69,7 +69,7 @@ def newest_run_id(user) -> str | None:
 
 
 SUMMARY_FIELDS = ("id", "status", "event_seq", "step_no", "branch", "progress_done",
-                  "progress_total", "progress_message", "updated_at", "finished_at")
+                  "progress_total", "progress_message", "attention")
 
 
 def run_summaries(user, run_ids) -> list[dict]:
@@ -87,7 +87,8 @@ def summary_message(row: dict) -> dict:
     return {"id": row["id"], "status": row["status"], "seq": row["event_seq"],
             "step": row["step_no"], "branch": row["branch"], "done": done, "total": total,
             "percent": round(percent, 1), "message": row["progress_message"],
-            "final": row["status"] in r.FINAL_STATUSES}
+            "final": row["status"] in r.FINAL_STATUSES,
+            "asks": row["status"] == r.WAITING and (row["attention"] or {}).get("kind") == "input"}
 
 
 # --- events -------------------------------------------------------------------------------

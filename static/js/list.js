@@ -41,7 +41,8 @@
     fill.style.width = summary.percent + "%";
     row.querySelector('[data-role="counts"]').textContent =
       summary.total ? fmt(summary.done) + " / " + fmt(summary.total) : "";
-    row.querySelector('[data-role="message"]').textContent = summary.message || "";
+    row.querySelector('[data-role="message"]').textContent =
+      summary.asks ? "waiting for your answer" : summary.message || "";
     row.querySelector('[data-role="step"]').textContent = summary.step;
     if (summary.final && !wasFinal && window.htmx) {   // the server has the final duration
       window.htmx.ajax("GET", container.dataset.rowsUrl + "?id=" + encodeURIComponent(summary.id),

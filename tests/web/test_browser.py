@@ -11,6 +11,7 @@ import re
 
 import pytest
 
+from runs import services
 from runs.models import Checkpoint, Run, RunEvent
 from tests.support.processes import Server, wait_until
 from tests.web.conftest import log_in, screenshot
@@ -54,6 +55,15 @@ def wait_for_dom_seq(page, seq: int, timeout: float = 15) -> None:
         timeout=timeout * 1000)
 
 
+def launch_neighbours(user) -> list[str]:
+    """A short ticker, a run that waits for its user, and a cancelled one."""
+    short = services.run_launch(user=user, agent="ticker", inputs={"steps": 5, "delay": 0.05})
+    asks = services.run_launch(user=user, agent="ask", inputs={})
+    cancelled = services.run_launch(user=user, agent="steps", inputs={})
+    services.run_cancel(run_id=cancelled.pk, user=user, reason="changed my mind")
+    return [short.pk, asks.pk, cancelled.pk]
+
+
 def test_launch_watch_leave_rejoin_and_survive_a_daphne_restart(users, server, start_cluster,
                                                                  browser_context, tmp_path):
     start_cluster(workers=2)
@@ -71,6 +81,7 @@ def test_launch_watch_leave_rejoin_and_survive_a_daphne_restart(users, server, s
     run_id = RUN_URL.match(page.url).group(1)
     run_url = page.url
     page.wait_for_selector(LIVE)
+    others = launch_neighbours(users["alice"])  # so the run list has some company
 
     # progress advances by itself
     page.wait_for_function("() => Number(document.querySelector('#run-progress .progress')"
@@ -97,6 +108,21 @@ def test_launch_watch_leave_rejoin_and_survive_a_daphne_restart(users, server, s
     seen = assert_no_gap_no_duplicate(page, run_id)
     assert seen > at_close
     screenshot(page, "run-page-live")
+
+    # the run list moves by itself too
+    listing = browser_context.new_page()
+    listing.goto(f"{server.url}/")
+    listing.wait_for_selector(LIVE)
+    bar = f"#run-row-{run_id} .progress"
+    before = int(listing.get_attribute(bar, "aria-valuenow"))
+    listing.wait_for_function(f"() => Number(document.querySelector('{bar}')"
+                              f".getAttribute('aria-valuenow')) > {before}")
+    for other in others:
+        assert listing.locator(f"#run-row-{other}").count() == 1
+    wait_until(lambda: Run.objects.get(pk=others[1]).status == "waiting", 20)
+    listing.wait_for_selector(f"#run-row-{others[1]} .status-waiting")
+    screenshot(listing, "run-list")
+    listing.close()
 
     # restart Daphne under the open page: it shows it is reconnecting, then catches up
     port = server.port
@@ -134,7 +160,6 @@ def test_launch_watch_leave_rejoin_and_survive_a_daphne_restart(users, server, s
         page.wait_for_selector(LIVE)
         row = page.locator(f"#run-row-{run_id}")
         assert row.locator(".badge").inner_text() == "succeeded"
-        screenshot(page, "run-list")
         assert not errors, errors
     finally:
         restarted.stop()

@@ -40,7 +40,7 @@ class Profile:
     time_slice: float = 1.0
     follow_share: float = 0.25       # runs followed by a websocket client
     operator_share: float = 0.35     # racing operator actions per run launched
-    drain_seconds: float = 240.0
+    drain_seconds: float = 120.0     # without any run moving, then the rest are stuck
     scale: int = 3                   # how long the step-by-step agents run
 
 
@@ -82,7 +82,7 @@ def profile(args, kinds_available: list[str]) -> Profile:
     seed = args.seed if args.seed is not None else (20261 if args.ci else random.randrange(10**6))
     if args.ci:
         base = Profile("ci", seed, runs=26, faults=len(chosen) + 4, minutes=1.75, kinds=chosen,
-                       workers=1 if args.sqlite else 2, follow_share=0.3, drain_seconds=120)
+                       workers=1 if args.sqlite else 2, follow_share=0.3, drain_seconds=45)
     else:
         # scale 2: the workers stay below saturation, so a recovery is measured, not a queue
         base = Profile("full", seed, runs=220, faults=120, minutes=9.0, kinds=chosen, scale=2)

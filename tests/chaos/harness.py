@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import random
 import time
 import traceback
@@ -195,9 +196,13 @@ class Harness:
         self.injector.thaw()
         self.hung.extend(self.injector.hung_deploys())
         self.guard("operator", self.operator.tick)
-        if self.stack.postgres is not None and time.monotonic() >= self._next_sample:
+        if time.monotonic() >= self._next_sample:
             self._next_sample = time.monotonic() + 2.0
-            self.guard("connection sample", self._sample_connections)
+            load = self.result.figures.setdefault("load", {"max": 0.0, "samples": []})
+            load["samples"].append(os.getloadavg()[0])
+            load["max"] = max(load["max"], load["samples"][-1])
+            if self.stack.postgres is not None:
+                self.guard("connection sample", self._sample_connections)
         while len(self.stack.clusters) < self.profile.clusters:
             self.guard("cluster start", self.stack.start_cluster)
 
@@ -226,12 +231,21 @@ class Harness:
         self.tick()
         self.injector.thaw(all_now=True)
         self.operator.resume_all_paused()
-        deadline = time.monotonic() + self.profile.drain_seconds
-        while time.monotonic() < deadline:
+        # Runs still queued behind a backlog are not stuck: wait while they progress, and
+        # call the rest stuck only after drain_seconds without any run moving.
+        cap = time.monotonic() + 10 * self.profile.drain_seconds
+        last_progress, last_heads = time.monotonic(), None
+        while time.monotonic() < cap:
             self.tick()
             if self._settled():
                 break
-            time.sleep(0.2)
+            heads = db_call(lambda: sum(Run.objects.filter(pk__in=list(self.operator.plans))
+                                        .values_list("event_seq", flat=True)))
+            if heads != last_heads:
+                last_progress, last_heads = time.monotonic(), heads
+            elif time.monotonic() - last_progress > self.profile.drain_seconds:
+                break
+            time.sleep(0.5)
         heads = db_call(lambda: dict(Run.objects.filter(pk__in=list(self.followers.followers))
                                      .values_list("id", "event_seq")))
         self.followers.wait_caught_up(heads, 30)

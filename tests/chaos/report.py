@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 TARGETS = [
@@ -88,6 +89,11 @@ def render(result) -> str:
               f"- notifications (not idempotent): {outside.get('notifications')}",
               f"- websocket followers: {followers.get('count')}, events received "
               f"{followers.get('events')}, reconnections {followers.get('reconnects')}"]
+    load = figures.get("load")
+    if load and load["samples"]:
+        samples = sorted(load["samples"])
+        lines.append(f"- machine load (1-min load average, {os.cpu_count()} cores): median "
+                     f"{samples[len(samples) // 2]:.1f}, max {load['max']:.1f}")
     connections = figures.get("connections")
     if connections:
         lines.append(f"- peak PostgreSQL connections to the chaos database: "

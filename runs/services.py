@@ -3,6 +3,7 @@ functions that bind the ORM store, the acting user and the queue."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
@@ -34,7 +35,8 @@ def _after(record: r.RunRecord) -> Run:
 def run_launch(*, user: AbstractBaseUser | None, agent: str, inputs) -> Run:
     with transaction.atomic():
         record = control.launch(store(), agent=agent, inputs=inputs,
-                                owner=str(user.pk) if user is not None else "")
+                                owner=str(user.pk) if user is not None else "",
+                                max_input_bytes=settings.AGENTOPS["MAX_INPUT_BYTES"])
         return _after(record)
 
 

@@ -47,14 +47,14 @@ def execute_run_task(run_id: str) -> str:
     _state["active"] = True
     try:
         if settings.AGENTOPS["RUNS_PER_WORKER"] > 1:
-            outcome = _execute_many(run_id)
-        else:
-            outcome = _execute_one(run_id)
+            return _execute_many(run_id)
+        return _execute_one(run_id)
     finally:
         _state["active"] = False
-    if _state["terminate"]:
-        _die_by_sigterm()
-    return outcome
+        # Even when the hand-off failed (the database may be gone too), a worker told to
+        # terminate must not outlive its cluster waiting on a queue nobody feeds.
+        if _state["terminate"]:
+            _die_by_sigterm()
 
 
 def _execute_one(run_id: str, in_thread: bool = False) -> str:

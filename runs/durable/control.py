@@ -16,17 +16,23 @@ from . import records as r
 from .errors import (CheckpointNotFoundError, EffectNotFoundError, FencedError,
                      InputValidationError, InvalidTransitionError)
 from .registry import AgentRegistry, registry as default_registry, validate_inputs
-from .serde import check_serializable, checkpoint_state, encode_state
+from .serde import check_serializable, checkpoint_state, dumps, encode_state
 
 ATTEMPTS = 5
 RESOLUTIONS = ("done", "retry", "skip")
+MAX_INPUT_BYTES = 256 * 1024
 
 
 def launch(store, *, agent: str, inputs, owner: str = "", run_id: str | None = None,
-           registry: AgentRegistry = default_registry) -> r.RunRecord:
+           registry: AgentRegistry = default_registry,
+           max_input_bytes: int = MAX_INPUT_BYTES) -> r.RunRecord:
     agent_cls = type(registry.get(agent))
     validated = validate_inputs(agent_cls, inputs)
     check_serializable(validated, "inputs")
+    size = len(dumps(validated).encode())
+    if size > max_input_bytes:
+        raise InputValidationError(f"inputs are too large: {size} bytes, over the limit of "
+                                   f"{max_input_bytes} bytes")
     run = r.RunRecord(id=run_id or uuid.uuid4().hex, agent=agent,
                       agent_version=str(agent_cls.version), inputs=validated, owner=owner)
     return store.create_run(run)

@@ -59,9 +59,6 @@ def test_fuzzed_launch_forms_launch_a_valid_run_or_say_why(client_for, post):
     jsonschema.validate(run.inputs, type(registry.get(agent)).input_schema)
 
 
-@pytest.mark.xfail(strict=True, reason="found by this suite: AGENTOPS['MAX_INPUT_BYTES'] is "
-                   "defined in settings but nothing enforces it; a 256 KiB+1 question launches "
-                   "a run (Django's 2.5 MB request limit is the only one)")
 def test_oversized_inputs_get_a_clear_limit(client_for):
     limit = django_settings.AGENTOPS["MAX_INPUT_BYTES"]
     client = client_for("alice")

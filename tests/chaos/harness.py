@@ -262,6 +262,7 @@ class Harness:
     # --- the audit -------------------------------------------------------------------------------
     def audit(self) -> None:
         started = time.monotonic()
+        self.stack.stop_clusters()  # the world stands still while it is audited
         plans = self.operator.plans
         data = db_call(auditing.load, list(plans))
         outside = auditing.load_outside(self.stack.sandbox_url)

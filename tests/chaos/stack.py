@@ -206,9 +206,14 @@ class Stack:
     def worker_pids(self) -> dict[int, Cluster]:
         return {pid: c for c in self.clusters for pid in c.worker_pids()}
 
-    def stop(self) -> None:
+    def stop_clusters(self) -> None:
         for cluster in self.clusters + self.retired:
             cluster.stop(timeout=5)
+        self.retired += self.clusters
+        self.clusters = []
+
+    def stop(self) -> None:
+        self.stop_clusters()
         for server in (self.web, self.sandbox):
             if server is not None:
                 server.stop()

@@ -48,24 +48,15 @@ class QCluster:
     def worker_pids(self) -> list[int]:
         return [int(p.name.split("-")[1]) for p in self.pid_dir.iterdir()]
 
-    def rss(self) -> dict:
-        """Resident memory of the cluster's processes: the workers, and all together."""
+    def memory(self) -> int:
+        """Proportional set size (PSS) of the cluster's processes together: forked
+        workers share pages with their parent, which a sum of RSS would count again."""
         try:
-            procs = [psutil.Process(self.proc.pid)] + \
-                psutil.Process(self.proc.pid).children(recursive=True)
+            main = psutil.Process(self.proc.pid)
+            procs = [main, *main.children(recursive=True)]
         except psutil.NoSuchProcess:
-            return {"total": 0, "workers": 0, "processes": 0}
-        workers = set(self.worker_pids())
-        total = worker_total = 0
-        for p in procs:
-            try:
-                rss = p.memory_info().rss
-            except psutil.NoSuchProcess:
-                continue
-            total += rss
-            if p.pid in workers:
-                worker_total += rss
-        return {"total": total, "workers": worker_total, "processes": len(procs)}
+            return 0
+        return sum(_pss(p) for p in procs)
 
     def stop(self) -> None:
         """SIGTERM to the main process (a deploy): runs hand back at their next boundary."""
@@ -82,3 +73,10 @@ def _settings_workers() -> int:
     from django.conf import settings
 
     return settings.AGENTOPS_WORKERS
+
+
+def _pss(process: psutil.Process) -> int:
+    try:
+        return process.memory_full_info().pss
+    except psutil.Error:  # gone between listing and reading
+        return 0

@@ -10,7 +10,8 @@ Also a child-process entry point, for what must happen in a process of its own:
     python -m bench.compare.dbos_peer crash URL WORKFLOW_ID STEPS BLOCK_AT
         start a workflow whose step BLOCK_AT never returns (the parent SIGKILLs it)
     python -m bench.compare.dbos_peer llm URL RUNS STEPS SECONDS
-        scenario 6: enqueue RUNS workflows of sleeping steps and keep running
+        scenario 6: enqueue RUNS workflows of sleeping steps on a queue with no
+        concurrency limit, say "enqueued", and keep executing them
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from dbos import DBOS, SetWorkflowID
 
 SCHEMA = "dbos"
 APP_VERSION = "bench-1"  # the same in every process, so a crashed workflow is recoverable
-QUEUE = "bench"
+QUEUE = "bench"          # scenario 2, in the bench process
+LLM_QUEUE = "bench-llm"  # scenario 6, in a child process
 POLL = 0.1
 
 # Scenario 5: the bench reads these after a recovery.
@@ -84,15 +86,18 @@ def llm_workflow(n: int, seconds: float) -> int:
     return n
 
 
-def launch(url: str, executor_id: str = "bench") -> None:
+def launch(url: str, executor_id: str = "bench", queues: tuple[str, ...] = (QUEUE,)) -> None:
+    """Start DBOS in this process. A DBOS process dequeues from every queue it listens
+    to (by default all the application's queues): each of ours listens to its own."""
     DBOS(config={"name": "agentops-bench", "system_database_url": url,
                  "dbos_system_schema": SCHEMA, "log_level": "ERROR",
                  "executor_id": executor_id, "application_version": APP_VERSION})
+    DBOS.listen_queues(list(queues))
     DBOS.launch()
 
 
-def queue():
-    return DBOS.register_queue(QUEUE, polling_interval_sec=POLL)
+def queue(name: str = QUEUE):
+    return DBOS.register_queue(name, polling_interval_sec=POLL)
 
 
 def destroy() -> None:
@@ -122,18 +127,17 @@ def run_many(q, runs: int, steps: int) -> list[str]:
 
 # --- child processes -------------------------------------------------------------------------
 def _child_crash(url: str, workflow_id: str, steps: int) -> None:
-    launch(url, executor_id="crashed")
+    launch(url, executor_id="crashed", queues=())
     with SetWorkflowID(workflow_id):
         DBOS.start_workflow(resume_workflow, steps)
     time.sleep(3600)
 
 
 def _child_llm(url: str, runs: int, steps: int, seconds: float) -> None:
-    # Started directly, not through a queue: every process of the application listens
-    # to every queue, and the bench process must not take these workflows.
-    launch(url, executor_id="llm")
+    launch(url, executor_id="llm", queues=(LLM_QUEUE,))
+    q = queue(LLM_QUEUE)
     for _ in range(runs):
-        DBOS.start_workflow(llm_workflow, steps, seconds)
+        q.enqueue(llm_workflow, steps, seconds)
     print("enqueued", flush=True)
     time.sleep(3600)
 

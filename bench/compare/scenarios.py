@@ -4,6 +4,7 @@ agentops, then its peer, then the next repetition: a noisy neighbour hits both."
 from __future__ import annotations
 
 import contextlib
+import select
 import signal
 import subprocess
 import sys
@@ -186,25 +187,31 @@ def concurrency(b: Bench) -> None:
     b.rows += [
         Row("6", title, "effects/s", "/s", s["ours_rate"], s["dbos_rate"], "DBOS", None, True,
             "(reported)", f"agentops: one qcluster of {b.extra.get('qcluster_workers')} "
-            "workers; DBOS: one process, a thread per workflow"),
+            "workers; DBOS: one process, its Queue without a concurrency limit (a thread "
+            "per workflow)"),
         Row("6", title, "runs that progressed", "runs", s["ours_runs"], everyone, "all runs",
             1.0, True, "all progress", "runs with an effect finished by the window's end"),
-        Row("6", title, "peak RSS of the worker(s)", "MiB", s["ours_rss"], s["dbos_rss"], "DBOS",
+        Row("6", title, "peak memory (PSS)", "MiB", s["ours_rss"], s["dbos_rss"], "DBOS",
             None, False, "(reported)",
             "agentops: qcluster main + sentinel + monitor + pusher + workers; DBOS: one process"),
     ]
 
 
 def _ours_window(b: Bench, runs: int, window: float):
+    from django.conf import settings
+
     from bench.compare import ours
     from bench.compare.cluster import QCluster
 
+    b.extra["runs_per_worker_process"] = settings.AGENTOPS.get("RUNS_PER_WORKER", 1)
     cluster = QCluster(b.url)
     ids = []
     try:
+        t0 = time.time()
         ids = ours.launch_many("bench-llm", {"n": 1000, "seconds": 1.0}, runs)
+        b.extra.setdefault("s6_launch_seconds", []).append(round(time.time() - t0, 2))
         start = time.time()
-        peak = _peak(lambda: cluster.rss()["total"], window)
+        peak = _peak(cluster.memory, window)
         end = time.time()
         done, progressed = ours.effects_between(ids, start, end)
     finally:
@@ -218,13 +225,17 @@ def _dbos_window(b: Bench, runs: int, window: float):
     import psutil
     import psycopg
 
+    t0 = time.time()
     child = subprocess.Popen([sys.executable, "-m", "bench.compare.dbos_peer", "llm", b.url,
                               str(runs), "1000", "1.0"], stdout=subprocess.PIPE,
                              start_new_session=True)
     try:
-        child.stdout.readline()  # "enqueued": every workflow has started
+        ready, _, _ = select.select([child.stdout], [], [], 300)
+        if not ready or not child.stdout.readline():  # "enqueued"
+            raise RuntimeError("the DBOS child did not enqueue its workflows")
         start = time.time()
-        peak = _peak(lambda: psutil.Process(child.pid).memory_info().rss, window)
+        b.extra.setdefault("s6_dbos_enqueue_seconds", []).append(round(start - t0, 2))
+        peak = _peak(lambda: psutil.Process(child.pid).memory_full_info().pss, window)
         end = time.time()
     finally:
         child.send_signal(signal.SIGKILL)
@@ -235,10 +246,10 @@ def _dbos_window(b: Bench, runs: int, window: float):
                                       AND o.completed_at_epoch_ms < %s),
                    count(DISTINCT o.workflow_uuid) FILTER (WHERE o.completed_at_epoch_ms < %s)
             FROM dbos.operation_outputs o JOIN dbos.workflow_status w USING (workflow_uuid)
-            WHERE w.executor_id = 'llm' AND w.status = 'PENDING'""",
+            WHERE w.queue_name = 'bench-llm' AND w.status IN ('PENDING', 'ENQUEUED')""",
                                         [start * 1000, end * 1000, end * 1000]).fetchone()
         conn.execute("UPDATE dbos.workflow_status SET status = 'CANCELLED' "
-                     "WHERE executor_id = 'llm' AND status IN ('PENDING', 'ENQUEUED')")
+                     "WHERE queue_name = 'bench-llm' AND status IN ('PENDING', 'ENQUEUED')")
     return done / (end - start), progressed, peak / 2**20
 
 

@@ -112,8 +112,10 @@ def render(result) -> str:
 def _targets(result) -> list[str]:
     findings = result.findings
     lines = [
-        f"- runs >= 200: {len(result.plans)} {'met' if len(result.plans) >= 200 else 'not met'}",
-        f"- faults >= 100 of every kind: {len(result.faults)}, kinds missing: "
+        f"- runs: {len(result.plans)} (full-run target >= 200: "
+        f"{'met' if len(result.plans) >= 200 else 'not met'})",
+        f"- faults: {len(result.faults)} (full-run target >= 100: "
+        f"{'met' if len(result.faults) >= 100 else 'not met'}), kinds missing: "
         f"{', '.join(k for k in result.profile.kinds if not any(f.kind == k for f in result.faults)) or 'none'}",
         f"- lost or stuck runs: {sum(1 for f in findings if f.startswith(('lost run', 'stuck run')))}",
         f"- duplicate effects downstream: {sum(1 for f in findings if 'duplicate effect' in f or 'phantom' in f)}",

@@ -174,7 +174,7 @@ def baseline(port, cookie, run_id, rate, per_commit, seconds, wake) -> list[floa
     latencies = []
 
     async def main():
-        after = heads_of([run_id])[run_id]
+        after = (await asyncio.to_thread(heads_of, [run_id]))[run_id]
         socket = await open_socket(port, run_id, cookie, after)
         follower = Follower(run_id, after)
         writer = asyncio.ensure_future(asyncio.to_thread(

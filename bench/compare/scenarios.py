@@ -178,8 +178,9 @@ def concurrency(b: Bench) -> None:
         return ({"ours_rate": ours_rate, "ours_runs": ours_runs, "ours_rss": ours_rss,
                  "dbos_rate": dbos_rate, "dbos_runs": dbos_runs, "dbos_rss": dbos_rss},
                 f"agentops {ours_rate:.1f} effects/s, {ours_runs:.0f}/{runs} runs progressed, "
-                f"{ours_rss:.0f} MiB; DBOS {dbos_rate:.1f} effects/s, {dbos_runs:.0f}/{runs}, "
-                f"{dbos_rss:.0f} MiB")
+                f"{ours_rss:.0f} MiB (launch {b.extra['s6_launch_seconds'][-1]} s); DBOS "
+                f"{dbos_rate:.1f} effects/s, {dbos_runs:.0f}/{runs}, {dbos_rss:.0f} MiB "
+                f"(enqueue {b.extra['s6_dbos_enqueue_seconds'][-1]} s)")
 
     s = b.repeat("6", rep)
     title = f"{runs:,} active runs, tool sleeps 1 s, {window:.0f} s window"
@@ -215,8 +216,10 @@ def _ours_window(b: Bench, runs: int, window: float):
         end = time.time()
         done, progressed = ours.effects_between(ids, start, end)
     finally:
+        t0 = time.time()
         cluster.stop()
         ours.abandon(ids)
+        b.extra.setdefault("s6_stop_seconds", []).append(round(time.time() - t0, 2))
     return done / (end - start), progressed, peak / 2**20, cluster.workers
 
 

@@ -9,9 +9,9 @@ Also a child-process entry point, for what must happen in a process of its own:
 
     python -m bench.compare.dbos_peer crash URL WORKFLOW_ID STEPS BLOCK_AT
         start a workflow whose step BLOCK_AT never returns (the parent SIGKILLs it)
-    python -m bench.compare.dbos_peer llm URL RUNS STEPS SECONDS
-        scenario 6: enqueue RUNS workflows of sleeping steps on a queue with no
-        concurrency limit, say "enqueued", and keep executing them
+    python -m bench.compare.dbos_peer llm URL
+        scenario 6: execute the workflows the bench enqueued on the "bench-llm" queue
+        (no concurrency limit), after saying "launched"
 """
 
 from __future__ import annotations
@@ -133,12 +133,17 @@ def _child_crash(url: str, workflow_id: str, steps: int) -> None:
     time.sleep(3600)
 
 
-def _child_llm(url: str, runs: int, steps: int, seconds: float) -> None:
-    launch(url, executor_id="llm", queues=(LLM_QUEUE,))
+def enqueue_llm(runs: int, steps: int, seconds: float) -> None:
+    """Scenario 6, in the bench process: enqueue on a queue only the child listens to."""
     q = queue(LLM_QUEUE)
     for _ in range(runs):
         q.enqueue(llm_workflow, steps, seconds)
-    print("enqueued", flush=True)
+
+
+def _child_llm(url: str) -> None:
+    launch(url, executor_id="llm", queues=(LLM_QUEUE,))
+    queue(LLM_QUEUE)
+    print("launched", flush=True)
     time.sleep(3600)
 
 
@@ -147,6 +152,6 @@ if __name__ == "__main__":
     if command == "crash":
         _child_crash(url, rest[0], int(rest[1]))
     elif command == "llm":
-        _child_llm(url, int(rest[0]), int(rest[1]), float(rest[2]))
+        _child_llm(url)
     else:
         raise SystemExit(f"unknown command {command}")

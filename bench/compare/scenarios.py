@@ -199,45 +199,49 @@ def concurrency(b: Bench) -> None:
 
 
 def _ours_window(b: Bench, runs: int, window: float):
+    """Launch every run first (queued, their tasks in the broker), then start the
+    worker cluster: the window opens when its workers are up, as DBOS's does."""
     from django.conf import settings
 
     from bench.compare import ours
     from bench.compare.cluster import QCluster
 
     b.extra["runs_per_worker_process"] = settings.AGENTOPS.get("RUNS_PER_WORKER", 1)
-    cluster = QCluster(b.url)
-    ids = []
+    ids, cluster = [], None
     try:
         t0 = time.time()
         ids = ours.launch_many("bench-llm", {"n": 1000, "seconds": 1.0}, runs)
         b.extra.setdefault("s6_launch_seconds", []).append(round(time.time() - t0, 2))
+        cluster = QCluster(b.url)
         start = time.time()
         peak = _peak(cluster.memory, window)
         end = time.time()
         done, progressed = ours.effects_between(ids, start, end)
     finally:
-        t0 = time.time()
-        cluster.stop()
+        if cluster is not None:
+            cluster.stop()
         ours.abandon(ids)
-        b.extra.setdefault("s6_stop_seconds", []).append(round(time.time() - t0, 2))
     return done / (end - start), progressed, peak / 2**20, cluster.workers
 
 
 def _dbos_window(b: Bench, runs: int, window: float):
-    """DBOS runs the same workload in a process of its own, so its memory is its own."""
+    """DBOS executes the same workload in a process of its own (its memory is its own),
+    from its queue, where the bench process put the workflows first."""
     import psutil
     import psycopg
 
+    from bench.compare import dbos_peer
+
     t0 = time.time()
-    child = subprocess.Popen([sys.executable, "-m", "bench.compare.dbos_peer", "llm", b.url,
-                              str(runs), "1000", "1.0"], stdout=subprocess.PIPE,
-                             start_new_session=True)
+    dbos_peer.enqueue_llm(runs, 1000, 1.0)
+    b.extra.setdefault("s6_dbos_enqueue_seconds", []).append(round(time.time() - t0, 2))
+    child = subprocess.Popen([sys.executable, "-m", "bench.compare.dbos_peer", "llm", b.url],
+                             stdout=subprocess.PIPE, start_new_session=True)
     try:
-        ready, _, _ = select.select([child.stdout], [], [], 300)
-        if not ready or not child.stdout.readline():  # "enqueued"
-            raise RuntimeError("the DBOS child did not enqueue its workflows")
+        ready, _, _ = select.select([child.stdout], [], [], 120)
+        if not ready or not child.stdout.readline():  # "launched"
+            raise RuntimeError("the DBOS child did not start")
         start = time.time()
-        b.extra.setdefault("s6_dbos_enqueue_seconds", []).append(round(start - t0, 2))
         peak = _peak(lambda: psutil.Process(child.pid).memory_full_info().pss, window)
         end = time.time()
     finally:

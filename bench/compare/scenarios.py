@@ -192,6 +192,8 @@ def concurrency(b: Bench) -> None:
             "per workflow)"),
         Row("6", title, "runs that progressed", "runs", s["ours_runs"], everyone, "all runs",
             1.0, True, "all progress", "runs with an effect finished by the window's end"),
+        Row("6", title, "runs that progressed", "runs", s["ours_runs"], s["dbos_runs"], "DBOS",
+            None, True, "(reported)"),
         Row("6", title, "peak memory (PSS)", "MiB", s["ours_rss"], s["dbos_rss"], "DBOS",
             None, False, "(reported)",
             "agentops: qcluster main + sentinel + monitor + pusher + workers; DBOS: one process"),

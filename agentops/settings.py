@@ -175,6 +175,8 @@ AGENTOPS = {
     # on I/O (model calls, HTTP) overlap. SQLite serialises writers, so one there.
     "RUNS_PER_WORKER": env_int("AGENTOPS_RUNS_PER_WORKER", 4 if IS_POSTGRES else 1),
     "WORKER_TASK_SECONDS": env_float("AGENTOPS_WORKER_TASK_SECONDS", 120.0),
+    # how long a stopping qcluster waits for its processes before killing them
+    "SHUTDOWN_GRACE_SECONDS": env_float("AGENTOPS_SHUTDOWN_GRACE", 20.0),
     # checkpoint retention: the latest N per branch of ended runs, after a grace period
     "RETENTION_KEEP_PER_BRANCH": env_int("AGENTOPS_RETENTION_KEEP", 3),
     "RETENTION_GRACE_HOURS": env_float("AGENTOPS_RETENTION_GRACE_HOURS", 24.0),

@@ -7,7 +7,9 @@
 """
 
 import logging
+import os
 import signal
+import threading
 import time
 
 import psutil
@@ -27,15 +29,19 @@ class Command(QClusterCommand):
 
     def handle(self, *args, **options):
         if options.get("cluster_name"):
-            import os
             os.environ["Q_CLUSTER_NAME"] = options["cluster_name"]
         cluster = Cluster()
         stopping = {"flag": False}
+        main_pid = os.getpid()
 
         def on_stop_signal(signum, frame):
+            if os.getpid() != main_pid:
+                # A child forked before it set its own handlers: die as it would have.
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+                return
             stopping["flag"] = True
             _signal_workers(cluster)
-            cluster.sig_handler(signum, frame)
 
         signal.signal(signal.SIGTERM, on_stop_signal)
         signal.signal(signal.SIGINT, on_stop_signal)
@@ -58,11 +64,39 @@ class Command(QClusterCommand):
                 logger.exception("recovery sweep failed")
                 connection.close()
             time.sleep(interval)
-        # After a signal to the whole group the sentinel is already dead and
-        # cluster.stop() returns early without marking the cluster stopped, so
-        # wait on the process rather than on has_stopped.
-        while cluster.sentinel.is_alive():
+        # Not cluster.stop(). When the whole group was signalled the sentinel died at
+        # once, possibly inside stop_event.wait(): then stop_event.set() blocks forever
+        # (a multiprocessing Condition waits for its dead sleeper to acknowledge), and
+        # cluster.stop() would also join without a limit. So: give a group signal a
+        # moment to show, tell a live sentinel to stop from a thread that may block,
+        # and wait with a limit. Running runs hand themselves back at their next
+        # effect boundary; whatever is alive after the grace period is killed (its
+        # runs are durable: leases and the sweep's dead-process check bring them back).
+        group_deadline = time.monotonic() + 0.5
+        while cluster.sentinel.is_alive() and time.monotonic() < group_deadline:
+            time.sleep(0.05)
+        if cluster.sentinel.is_alive():
+            threading.Thread(target=cluster.stop_event.set, daemon=True).start()
+        deadline = time.monotonic() + settings.AGENTOPS["SHUTDOWN_GRACE_SECONDS"]
+        while cluster.sentinel.is_alive() and time.monotonic() < deadline:
             time.sleep(0.1)
+        if cluster.sentinel.is_alive():
+            logger.warning("cluster still running %.0f s after the stop signal: killing it",
+                           settings.AGENTOPS["SHUTDOWN_GRACE_SECONDS"])
+            _kill_tree(cluster.sentinel.pid)
+
+
+def _kill_tree(pid: int) -> None:
+    try:
+        root = psutil.Process(pid)
+        processes = root.children(recursive=True) + [root]
+    except psutil.NoSuchProcess:
+        return
+    for process in processes:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def _signal_workers(cluster: Cluster) -> None:

@@ -1,7 +1,7 @@
 """Where agentops' time goes in the comparison's scenarios: statements and round trips
 per unit of work, and a cProfile of the engine, in this process.
 
-    python -m bench profile [effects|steps|small-runs|chat|resume|all] [--top N]
+    python -m bench profile [effects|steps|small-runs|chat|resume|what-if|all] [--top N]
 
 Statements are counted on psycopg itself (Django's cursors and the store's own
 fast-path cursor alike); COMMIT and ROLLBACK count as round trips too.
@@ -199,10 +199,17 @@ def profile_resume(size: int, top: int) -> None:
     crashed.delete()
 
 
+def _what_if() -> None:
+    from bench.compare import whatif
+
+    print("\n=== what-if: today's store calls against one-statement prototypes ===")
+    whatif.main()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench profile")
     parser.add_argument("what", nargs="?", default="all",
-                        choices=["effects", "steps", "small-runs", "chat", "resume", "all"])
+                        choices=["effects", "steps", "small-runs", "chat", "resume", "what-if", "all"])
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args(argv)
 
@@ -217,7 +224,8 @@ def main(argv=None) -> int:
             "steps": lambda: profile_steps(1000, args.top),
             "small-runs": lambda: profile_small_runs(200, args.top),
             "chat": lambda: profile_chat(200, args.top),
-            "resume": lambda: profile_resume(5000, args.top)}
+            "resume": lambda: profile_resume(5000, args.top),
+            "what-if": _what_if}
     for name, fn in todo.items():
         if args.what in (name, "all"):
             fn()

@@ -1,0 +1,146 @@
+"""What the proposed engine changes would buy, measured before anyone writes them:
+today's store calls against one-statement prototypes that write the same rows.
+
+    python -m bench profile what-if
+
+1. A checkpoint commit (run update + checkpoint row + checkpoint event): today the
+   general ORM path (BEGIN, UPDATE, SELECT, INSERT, INSERT, COMMIT); prototype: one
+   statement of data-modifying CTEs, as runs/store_pg.py does for effects.
+2. Claim + load on resume: today UPDATE + SELECT (claim) and three SELECTs (load);
+   prototype: one statement (UPDATE ... RETURNING, latest checkpoint, effects after it).
+
+Blocks of the two variants alternate; medians are printed.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from datetime import UTC, datetime, timedelta
+
+CHECKPOINT_SQL = """
+WITH run AS (
+    UPDATE runs_run SET event_seq = event_seq + 1, checkpoint_count = checkpoint_count + 1,
+           step_no = %s, lease_expires_at = %s, updated_at = %s
+    WHERE id = %s AND epoch = %s
+    RETURNING event_seq, checkpoint_count, control, epoch),
+cp AS (
+    INSERT INTO runs_checkpoint (run_id, number, branch, step_no, codec, blob, size, reason,
+                                 parent_number, base_number, created_at)
+    SELECT %s, run.checkpoint_count, %s, %s, %s, %s, %s, 'step', NULL, NULL, %s FROM run),
+ev AS (
+    INSERT INTO runs_runevent (run_id, seq, kind, data, created_at)
+    SELECT %s, run.event_seq, 'checkpoint',
+           jsonb_build_object('number', run.checkpoint_count, 'branch', %s::int,
+                              'step', %s::int, 'size', %s::int, 'reason', 'step'), %s
+    FROM run)
+SELECT epoch, event_seq, control, checkpoint_count FROM run"""
+
+CLAIM_LOAD_SQL = """
+WITH claimed AS (
+    UPDATE runs_run SET epoch = epoch + 1, lease_owner = %s, lease_expires_at = %s,
+           claimed_after_crash = (lease_owner IS NOT NULL), enqueued_at = NULL, updated_at = %s
+    WHERE id = %s AND status IN ('queued', 'running')
+      AND (lease_owner IS NULL OR lease_expires_at <= %s)
+    RETURNING *),
+cp AS (
+    SELECT c.number, c.step_no, c.codec, c.blob FROM runs_checkpoint c, claimed
+    WHERE c.run_id = claimed.id AND c.branch = claimed.branch
+    ORDER BY c.step_no DESC, c.number DESC LIMIT 1)
+SELECT claimed.epoch, claimed.step_no, cp.number, cp.blob,
+       (SELECT coalesce(jsonb_agg(to_jsonb(e) ORDER BY e.step_no, e.seq), '[]')
+        FROM runs_effect e WHERE e.run_id = claimed.id AND e.branch = claimed.branch
+          AND e.step_no > coalesce(cp.step_no, 0) AND NOT e.superseded)
+FROM claimed LEFT JOIN cp ON true"""
+
+
+def _alternate(a, b, rounds: int = 6, per_round: int = 100) -> tuple[float, float]:
+    """Medians of per-call seconds; a function may return the seconds of the part that
+    counts (set-up excluded), else the whole call is timed."""
+    times_a, times_b = [], []
+    for _ in range(rounds):
+        for fn, out in ((a, times_a), (b, times_b)):
+            for _ in range(per_round):
+                start = time.perf_counter()
+                measured = fn()
+                out.append(measured if measured is not None else time.perf_counter() - start)
+    return statistics.median(times_a), statistics.median(times_b)
+
+
+def checkpoint_commit() -> None:
+    import psycopg
+    from django.db import connection
+
+    from runs.durable import control, serde
+    from runs.durable import records as r
+    from runs.store import OrmStore
+
+    store = OrmStore()
+    run = control.launch(store, agent="bench-steps", inputs={"n": 1})
+    claim = store.claim(run.id, "bench:0:whatif", 600, time.time())
+    epoch, step = claim.run.epoch, [0]
+    blob, codec = serde.encode_state({"i": 1, "n": 2, "pad": "x" * 200})
+
+    def today():
+        step[0] += 1
+        cp = r.CheckpointRecord(number=0, branch=1, step_no=step[0], blob=blob, codec=codec,
+                                created_at=time.time())
+        store.commit(run.id, epoch, r.Commit(run={"step_no": step[0],
+                                                  "lease_expires_at": time.time() + 60},
+                                             checkpoint=cp))
+
+    def one_statement():
+        step[0] += 1
+        now = datetime.now(UTC)
+        with psycopg.Cursor(connection.connection) as cursor:
+            cursor.execute(CHECKPOINT_SQL, [
+                step[0], now + timedelta(seconds=60), now, run.id, epoch, run.id, 1, step[0],
+                codec, blob, len(blob), now, run.id, 1, step[0], len(blob), now], prepare=True)
+            assert cursor.fetchone() is not None
+
+    connection.ensure_connection()
+    a, b = _alternate(today, one_statement)
+    print(f"checkpoint commit: today {a * 1e3:.3f} ms, one statement {b * 1e3:.3f} ms "
+          f"({a / b:.1f}x faster)")
+
+
+def claim_and_load() -> None:
+    import psycopg
+    from django.db import connection
+
+    from bench.compare import ours
+
+    crashed = ours.CrashedRun(5000, 10000)
+    store = ours.store()
+
+    def today():
+        crashed.reset()
+        start = time.perf_counter()
+        claim = store.claim(crashed.id, "bench:0:whatif", 60, time.time())
+        loaded = store.load(crashed.id)
+        assert claim is not None and loaded.checkpoint is not None
+        return time.perf_counter() - start
+
+    def one_statement():
+        crashed.reset()
+        start = time.perf_counter()
+        now = datetime.now(UTC)
+        with psycopg.Cursor(connection.connection) as cursor:
+            cursor.execute(CLAIM_LOAD_SQL, ["bench:0:whatif", now + timedelta(seconds=60), now,
+                                            crashed.id, now], prepare=True)
+            row = cursor.fetchone()
+            assert row is not None and row[2] is not None
+            json.dumps(row[4])
+        return time.perf_counter() - start
+
+    connection.ensure_connection()
+    a, b = _alternate(today, one_statement, per_round=30)
+    print(f"claim + load of a run crashed at 5,000 steps: today {a * 1e3:.3f} ms, "
+          f"one statement {b * 1e3:.3f} ms ({a / b:.1f}x faster)")
+    crashed.delete()
+
+
+def main() -> None:
+    checkpoint_commit()
+    claim_and_load()

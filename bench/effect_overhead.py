@@ -15,7 +15,16 @@ from bench.setup_db import raw_insert_floor, setup_django
 
 def main(effects: int = 2000, repeats: int = 5):
     url = setup_django()
-    from runs.durable import Agent, AgentRegistry, Done, WorkerConfig, agent, control, execute_run, tool
+    from runs.durable import (
+        Agent,
+        AgentRegistry,
+        Done,
+        WorkerConfig,
+        agent,
+        control,
+        execute_run,
+        tool,
+    )
     from runs.store import OrmStore
 
     registry = AgentRegistry()

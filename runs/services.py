@@ -7,7 +7,8 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
-from runs.durable import control, records as r
+from runs.durable import control
+from runs.durable import records as r
 from runs.live import notify_run
 from runs.models import Run
 from runs.store import OrmStore

@@ -8,13 +8,15 @@ against a concurrent claim.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone as dt_timezone
+from datetime import datetime
+from datetime import timezone as dt_timezone
 
 from django.db import connection, transaction
 from django.db.models import BooleanField, ExpressionWrapper, F, Q
 
 from runs import store_pg
-from runs.durable import records as r, serde
+from runs.durable import records as r
+from runs.durable import serde
 from runs.durable.errors import FencedError, RunNotFoundError
 from runs.durable.faults import faults
 from runs.models import AuditEntry, Checkpoint, Effect, Run, RunEvent

@@ -10,7 +10,8 @@ or a supersede take the general path in runs/store.py.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone as dt_timezone
+from datetime import datetime
+from datetime import timezone as dt_timezone
 
 import psycopg
 from django.db import connection

@@ -1,8 +1,8 @@
 """The engine's contract suite (tests/durable/contract.py) on the ORM store, on
 whichever database the suite runs against (SQLite or PostgreSQL)."""
 
-from concurrent.futures import Future
 import threading
+from concurrent.futures import Future
 
 import pytest
 from django.db import connection

@@ -4,13 +4,34 @@ Public API (DESIGN.md): agent, Agent, Done, tool, Retry, RunContext and the erro
 """
 
 from .context import RunContext, idempotency_key
-from .errors import (AgentNotFoundError, CheckpointNotFoundError, DurableError,
-                     EffectNotFoundError, FencedError, InDoubtEffectError, InputValidationError,
-                     InvalidTransitionError, NonDeterminismError, PermanentToolError,
-                     RunNotFoundError, StateNotSerializableError, StateTooLargeError,
-                     ToolFailedError)
+from .errors import (
+                     AgentNotFoundError,
+                     CheckpointNotFoundError,
+                     DurableError,
+                     EffectNotFoundError,
+                     FencedError,
+                     InDoubtEffectError,
+                     InputValidationError,
+                     InvalidTransitionError,
+                     NonDeterminismError,
+                     PermanentToolError,
+                     RunNotFoundError,
+                     StateNotSerializableError,
+                     StateTooLargeError,
+                     ToolFailedError,
+)
 from .executor import execute_run
-from .registry import Agent, AgentRegistry, Done, Retry, Tool, agent, registry, tool, validate_inputs
+from .registry import (
+                     Agent,
+                     AgentRegistry,
+                     Done,
+                     Retry,
+                     Tool,
+                     agent,
+                     registry,
+                     tool,
+                     validate_inputs,
+)
 from .session import Outcome, WorkerConfig
 
 __all__ = [

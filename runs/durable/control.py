@@ -13,9 +13,15 @@ import time
 import uuid
 
 from . import records as r
-from .errors import (CheckpointNotFoundError, EffectNotFoundError, FencedError,
-                     InputValidationError, InvalidTransitionError)
-from .registry import AgentRegistry, registry as default_registry, validate_inputs
+from .errors import (
+    CheckpointNotFoundError,
+    EffectNotFoundError,
+    FencedError,
+    InputValidationError,
+    InvalidTransitionError,
+)
+from .registry import AgentRegistry, validate_inputs
+from .registry import registry as default_registry
 from .serde import check_serializable, checkpoint_state, dumps, encode_state
 
 ATTEMPTS = 5

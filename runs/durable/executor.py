@@ -7,7 +7,8 @@ import threading
 import time
 
 from .errors import FencedError
-from .registry import AgentRegistry, registry as default_registry
+from .registry import AgentRegistry
+from .registry import registry as default_registry
 from .session import Outcome, RunSession, WorkerConfig
 
 logger = logging.getLogger("agentops.engine")

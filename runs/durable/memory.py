@@ -6,7 +6,8 @@ import copy
 import threading
 import time
 
-from . import records as r, serde
+from . import records as r
+from . import serde
 from .errors import FencedError, RunNotFoundError
 from .faults import faults
 

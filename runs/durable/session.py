@@ -12,12 +12,19 @@ import traceback
 from dataclasses import dataclass
 
 from . import records as r
+from . import serde
 from .context import RunContext, Stop, Suspend
-from .errors import (AgentNotFoundError, DurableError, FencedError, InDoubtEffectError,
-                     NonDeterminismError, StateNotSerializableError, StateTooLargeError)
+from .errors import (
+    AgentNotFoundError,
+    DurableError,
+    FencedError,
+    InDoubtEffectError,
+    NonDeterminismError,
+    StateNotSerializableError,
+    StateTooLargeError,
+)
 from .faults import faults
 from .registry import Agent, AgentRegistry, Done
-from . import serde
 from .serde import check_serializable, encode_state
 
 

@@ -11,8 +11,12 @@ import pytest
 
 from runs import services
 from runs.models import Effect, Run, RunEvent
-from tests.crash.helpers import (assert_consistent, assert_outside_world_clean, holder_pid,
-                                 wait_final)
+from tests.crash.helpers import (
+    assert_consistent,
+    assert_outside_world_clean,
+    holder_pid,
+    wait_final,
+)
 from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]

@@ -38,10 +38,10 @@ from runs.durable import (
     control,
     execute_run,
     idempotency_key,
+    serde,
 )
 from runs.durable import records as r
 from runs.durable.faults import InjectedFault, faults
-from runs.durable import serde
 from runs.durable.serde import decode_state
 
 from .agents_for_tests import ANSWER_SCHEMA, REG, REG_V2, WORLD, SimulatedCrash

@@ -9,7 +9,8 @@ import jsonschema
 import pytest
 from django.conf import settings as django_settings
 from django.test import Client
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from runs import services
 from runs.durable.registry import registry

@@ -44,7 +44,7 @@ def test_the_page_shows_hosts_processes_runs_queue_and_rate(ops, users):
     held = Run.objects.create(id=uuid.uuid4().hex, agent="ticker", agent_version="1",
                               status="running", lease_owner="web-1:101:abcd",
                               lease_expires_at=now + timedelta(seconds=4))
-    for i in range(10):
+    for _ in range(10):
         Run.objects.create(id=uuid.uuid4().hex, agent="ticker", agent_version="1",
                            status="succeeded", finished_at=now - timedelta(minutes=1))
     OrmQ.objects.create(key="agentops", payload="x", lock=None)

@@ -20,6 +20,15 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--json", action="store_true", help="machine-readable output")
         sub = parser.add_subparsers(dest="subcommand", required=True)
+        # --json is accepted after the subcommand too
+        add_parser = sub.add_parser
+
+        def add_with_json(name, **kwargs):
+            p = add_parser(name, **kwargs)
+            p.add_argument("--json", action="store_true", help="machine-readable output")
+            return p
+
+        sub.add_parser = add_with_json
         p = sub.add_parser("launch", help="launch a run of AGENT")
         p.add_argument("agent")
         p.add_argument("--input", default="{}", help="the inputs, a JSON object")

@@ -20,13 +20,15 @@ Run list, ws/runs/::
              {"type": "runs", "runs": [summary, ...]}   rows that moved past the seq given
              {"type": "new_runs", "newest": id}         the user launched a run elsewhere
 
-Wake-ups come two ways, and either alone is enough. With Redis, the worker's
-`notify_run` reaches the consumers of that run through the group `run.<id>`.
-Always, one `LiveHub` per process polls the heads (`Run.event_seq`) of every run
-someone here follows, once per LIVE_POLL_SECONDS and in one query, so a missed or
-impossible wake-up (no Redis: the in-memory layer does not cross processes) costs
-at most one poll interval. The hub also keeps the last events of each followed
-run, so N viewers of a run cost one query per change, not N.
+Wake-ups come two ways, and either alone is enough. One `LiveHub` per Daphne
+process follows every run that a socket here watches. It joins the group
+`run.<id>` of each of them with one channel of its own, so the worker's
+`notify_run` costs Redis one message per commit per process, not one per viewer.
+And it polls the heads (`Run.event_seq`) of all of them, once per
+LIVE_POLL_SECONDS and in one query, so a missed or impossible wake-up (no Redis:
+the in-memory layer does not cross processes; Redis down or restarted) costs at
+most one poll interval. The hub also keeps the last events of each followed run,
+so N viewers of a run cost one query per change, not N.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from channels.utils import await_many_dispatch
 from django.conf import settings
 
 from runs import selectors
-from runs.live import RUN_LIST_GROUP, run_group
+from runs.live import run_group
 from runs.views.present import event_message
 
 logger = logging.getLogger("agentops.live")
@@ -59,6 +61,7 @@ MAX_ERRORS = 20         # protocol errors before the server closes the socket
 MAX_WATCH = 100         # runs one list socket may follow
 NEW_RUNS_EVERY = 1.0    # seconds between checks for runs launched elsewhere
 REJOIN_EVERY = 5.0      # seconds between attempts to rejoin groups after a layer failure
+RESYNC_EVERY = 600.0    # seconds between re-joins of every group (they expire in Redis)
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
@@ -136,12 +139,19 @@ class LiveHub:
         self.wake = asyncio.Event()
         self.task: asyncio.Task | None = None
         self.last_poll = 0.0
+        self.layer = get_channel_layer()
+        self.channel: str | None = None
+        self.joined: set[str] = set()
+        self.groups_dirty = False   # feeds came or went: join or leave their groups
+        self.resync_at = 0.0        # when to join every group again
+        self.layer_ok = True
 
     def subscribe(self, run_id: str, subscriber) -> Feed:
         feed = self.feeds.get(run_id)
         if feed is None:
             feed = self.feeds[run_id] = Feed(run_id)
-            self.wake.set()  # learn its head now, not at the next poll
+            self.groups_dirty = True
+            self.wake.set()  # join its group and learn its head now, not at the next poll
         feed.subscribers.add(subscriber)
         if self.task is None or self.task.done():
             self.task = self.loop.create_task(self._run())
@@ -154,6 +164,7 @@ class LiveHub:
         feed.subscribers.discard(subscriber)
         if not feed.subscribers:
             del self.feeds[run_id]
+            self.groups_dirty = True  # leave its group at the next turn
         if not self.feeds and self.task is not None:
             self.task.cancel()  # nobody left to follow: stop polling now
             self.task = None
@@ -166,17 +177,74 @@ class LiveHub:
             self.wake.set()
 
     async def _run(self) -> None:
-        while self.feeds:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=poll_seconds())
-            self.wake.clear()
+        listener = None
+        try:
+            if self.layer is not None:
+                self.channel = await self.layer.new_channel()
+                self.joined = set()
+                listener = self.loop.create_task(self._listen())
+            while self.feeds:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), timeout=poll_seconds())
+                self.wake.clear()
+                due = time.monotonic() >= self.resync_at
+                if self.layer is not None and (due or (self.groups_dirty and self.layer_ok)):
+                    await self._sync_groups(everything=due)
+                try:
+                    await self._refresh()
+                except Exception:  # the database hiccuped: try again at the next poll
+                    logger.warning("live hub refresh failed", exc_info=True)
+                    await asyncio.sleep(poll_seconds())
+        finally:
+            if listener is not None:
+                listener.cancel()
+            for group in list(self.joined):
+                with contextlib.suppress(Exception):
+                    await self.layer.group_discard(group, self.channel)
+            self.joined = set()
+
+    async def _listen(self) -> None:
+        delay = 0.5
+        while True:
             try:
-                await self._refresh()
+                message = await self.layer.receive(self.channel)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # the database hiccuped: try again at the next poll
-                logger.warning("live hub refresh failed", exc_info=True)
-                await asyncio.sleep(poll_seconds())
+            except Exception:  # Redis down or restarting: poll until it is back
+                self._layer_failed("receive")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+                continue
+            delay = 0.5
+            if message.get("type") == "run.changed":
+                self.poke(str(message.get("run_id")), int(message.get("seq") or 0))
+
+    async def _sync_groups(self, everything: bool) -> None:
+        """Join the groups of the runs followed, leave the others. After a layer failure
+        (a restarted Redis forgot every group) and every RESYNC_EVERY, join them all."""
+        wanted = {run_group(run_id) for run_id in self.feeds}
+        self.groups_dirty = False
+        try:
+            for group in (wanted if everything else wanted - self.joined):
+                await self.layer.group_add(group, self.channel)
+                self.joined.add(group)
+            for group in self.joined - wanted:
+                await self.layer.group_discard(group, self.channel)
+                self.joined.discard(group)
+        except Exception:
+            self.groups_dirty = True
+            self._layer_failed("group_add")
+            return
+        if everything or not self.layer_ok:
+            self.resync_at = time.monotonic() + RESYNC_EVERY
+        self.layer_ok = True
+
+    def _layer_failed(self, what: str) -> None:
+        if self.layer_ok:
+            logger.warning("channel layer %s failed; live pages poll until it is back", what,
+                           exc_info=True)
+        self.layer_ok = False
+        self.resync_at = time.monotonic() + REJOIN_EVERY
 
     async def _refresh(self) -> None:
         now = time.monotonic()
@@ -218,57 +286,15 @@ class LiveConsumer(AsyncWebsocketConsumer):
     wants_events = False
 
     async def __call__(self, scope, receive, send):
-        """AsyncConsumer.__call__, except that a failing channel layer (Redis down or
-        restarting) does not kill the socket: it only stops the wake-ups, and the
-        polling keeps the page live until the layer is back."""
+        """AsyncConsumer.__call__ without a channel of its own: the hub listens to the
+        channel layer for every socket of the process."""
         self.scope = scope
         self.base_send = send
-        self.layer_ok = True
-        self.rejoin_at = 0.0
-        self.channel_layer = get_channel_layer(self.channel_layer_alias)
-        sources = [receive]
-        if self.channel_layer is not None:
-            self.channel_name = await self.channel_layer.new_channel()
-            sources.append(self._layer_receive)
         with contextlib.suppress(StopConsumer):
-            await await_many_dispatch(sources, self.dispatch)
-
-    async def _layer_receive(self):
-        delay = 0.5
-        while True:
-            try:
-                return await self.channel_layer.receive(self.channel_name)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                if self.layer_ok:
-                    logger.warning("channel layer receive failed; polling only", exc_info=True)
-                self._layer_failed()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
-
-    def _layer_failed(self) -> None:
-        if self.layer_ok:
-            self.rejoin_at = time.monotonic() + REJOIN_EVERY
-        self.layer_ok = False
-
-    async def _join_groups(self) -> None:
-        """Join (or, after a layer failure, rejoin: a restarted Redis forgot us) the groups."""
-        try:
-            for group in self.groups_to_join():
-                await self.channel_layer.group_add(group, self.channel_name)
-                if group not in self.joined:
-                    self.joined.append(group)
-            self.layer_ok = True
-        except Exception:  # Redis down: polling alone keeps the page live
-            if self.layer_ok:
-                logger.warning("could not join the live groups; polling only", exc_info=True)
-            self._layer_failed()
-            self.rejoin_at = time.monotonic() + REJOIN_EVERY
+            await await_many_dispatch([receive], self.dispatch)
 
     async def connect(self):
         self.errors = 0
-        self.joined: list[str] = []
         self.pump_task = None
         self.wake = asyncio.Event()
         user = self.scope.get("user")
@@ -279,17 +305,12 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_NOT_FOUND)
             return
         await self.accept()
-        if self.channel_layer is not None:
-            await self._join_groups()
         await self.started()
         self.pump_task = asyncio.ensure_future(self._pump())
 
     async def disconnect(self, code):
         if getattr(self, "pump_task", None) is not None:
             self.pump_task.cancel()
-        for group in getattr(self, "joined", []):
-            with contextlib.suppress(Exception):
-                await self.channel_layer.group_discard(group, self.channel_name)
         self.stopped()
 
     async def receive(self, text_data=None, bytes_data=None):
@@ -332,8 +353,6 @@ class LiveConsumer(AsyncWebsocketConsumer):
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), timeout=self.pump_timeout())
                 self.wake.clear()
-                if not self.layer_ok and time.monotonic() >= self.rejoin_at:
-                    await self._join_groups()
                 await self.pump()
         except asyncio.CancelledError:
             pass
@@ -347,7 +366,6 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     # subclasses define:
     async def allowed(self, user) -> bool: ...
-    def groups_to_join(self) -> list[str]: ...
     async def started(self) -> None: ...
     def stopped(self) -> None: ...
     def handlers(self) -> dict: ...
@@ -375,9 +393,6 @@ class RunConsumer(LiveConsumer):
         self.welcome_due = False
         return await database_sync_to_async(selectors.run_visible)(user, self.run_id)
 
-    def groups_to_join(self):
-        return [run_group(self.run_id)]
-
     async def started(self):
         self.feed = hub().subscribe(self.run_id, self)
 
@@ -394,9 +409,6 @@ class RunConsumer(LiveConsumer):
         self.from_db = True        # catch up from the database itself, never only the cache
         self.welcome_due = True
         self.wake.set()
-
-    async def run_changed(self, message):
-        hub().poke(self.run_id, int(message.get("seq") or 0))
 
     async def pump(self):
         while self.cursor is not None:
@@ -429,9 +441,6 @@ class RunListConsumer(LiveConsumer):
         self.watching = False
         self.check_new_at = 0.0
         return True
-
-    def groups_to_join(self):
-        return [RUN_LIST_GROUP]
 
     async def started(self):
         pass
@@ -471,14 +480,6 @@ class RunListConsumer(LiveConsumer):
     def _owned(self, run_ids) -> set[str]:
         return set(selectors.run_list(self.user).filter(pk__in=run_ids)
                    .values_list("pk", flat=True))
-
-    async def run_changed(self, message):
-        run_id = message.get("run_id")
-        if run_id in self.known:
-            hub().poke(run_id, int(message.get("seq") or 0))
-        else:
-            self.check_new_at = 0.0   # maybe a run of ours launched elsewhere
-            self.wake.set()
 
     async def pump(self):
         if not self.watching:

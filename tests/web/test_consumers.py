@@ -14,7 +14,7 @@ import json
 import pytest
 import pytest_asyncio
 from channels.db import database_sync_to_async
-from channels.layers import InMemoryChannelLayer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.db import connections
 from django.test import Client
@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from agentops.asgi import application
 from runs import consumers, services
+from runs.live import run_group
 from runs.models import Run, RunEvent
 from tests.web.conftest import drive
 
@@ -354,3 +355,20 @@ async def test_a_broken_channel_layer_leaves_the_page_on_polling(settings, socke
     head = await database_sync_to_async(_many_events)(finished_run.pk, 3)
     events = await collect_events(communicator, head, timeout=3)
     assert seqs_of(events) == list(range(finished_run.event_seq + 1, head + 1))
+
+
+async def test_a_wake_up_through_the_channel_layer_needs_no_poll(settings, sockets, cookies,
+                                                                 finished_run):
+    """With polling slowed to 30 s, only the group message can bring the new events."""
+    settings.AGENTOPS = {**settings.AGENTOPS, "LIVE_POLL_SECONDS": 30.0}
+    communicator, _, _ = await sockets(f"/ws/runs/{finished_run.pk}/", cookies["alice"])
+    await communicator.send_json_to({"type": "hello", "after": finished_run.event_seq})
+    await receive(communicator)
+    await asyncio.sleep(0.5)  # the hub's first poll (of a new feed) is over
+    head = await database_sync_to_async(_many_events)(finished_run.pk, 2)
+    assert await communicator.receive_nothing(timeout=1.0)  # no poll, no wake-up: nothing
+    await get_channel_layer().group_send(
+        run_group(finished_run.pk), {"type": "run.changed", "run_id": finished_run.pk,
+                                     "seq": head})
+    events = await collect_events(communicator, head, timeout=1.0)
+    assert seqs_of(events) == [head - 1, head]

@@ -2,11 +2,13 @@
 only tells open pages "there is something after seq N". Without Redis the
 channel layer does not cross processes, so pages poll the event table instead.
 
-The wake-up is sent from one event loop per process, kept running in a daemon
-thread, and the caller does not wait for it: `async_to_sync(group_send)` made a
+The wake-ups leave from one event loop per process, kept in a daemon thread, and
+the committing caller does not wait for them: `async_to_sync(group_send)` made a
 new loop and a new Redis connection on every call (40 ms p50 on a loaded
-machine, paid by every engine commit); this costs the commit a queue put. A
-lost wake-up is harmless: the pages' poll catches it within a poll interval.
+machine, paid by every engine commit); this costs it a dict update. Wake-ups
+for one run that pile up while Redis is slow are merged into one (the highest
+seq), so a burst or an outage costs at most one message per run. A lost wake-up
+is harmless: the pages' poll catches it within a poll interval.
 """
 
 import asyncio
@@ -18,8 +20,7 @@ from django.conf import settings
 
 logger = logging.getLogger("agentops.live")
 
-SEND_TIMEOUT = 2.0     # seconds; a hung Redis must not pile wake-ups up
-MAX_PENDING = 1000     # wake-ups in flight before new ones are dropped (polling covers)
+SEND_TIMEOUT = 2.0     # seconds; a hung Redis must not hold the queue for long
 
 
 def run_group(run_id: str) -> str:
@@ -29,7 +30,7 @@ def run_group(run_id: str) -> str:
 RUN_LIST_GROUP = "runs.all"
 
 _lock = threading.Lock()
-_sender: dict = {"pid": None, "loop": None, "pending": 0, "warned": False}
+_sender: dict = {"pid": None, "loop": None, "queue": None, "pending": {}, "warned": False}
 
 
 def _reset_after_fork() -> None:
@@ -37,34 +38,37 @@ def _reset_after_fork() -> None:
     # sender thread, nor a loop whose thread did not survive the fork.
     global _lock
     _lock = threading.Lock()
-    _sender.update(pid=None, loop=None, pending=0)
+    _sender.update(pid=None, loop=None, queue=None, pending={})
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
 
 
-def _loop() -> asyncio.AbstractEventLoop:
-    """This process's sender loop (a forked worker starts its own)."""
-    with _lock:
-        if _sender["pid"] != os.getpid():
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="agentops-live-notify",
-                             daemon=True).start()
-            _sender.update(pid=os.getpid(), loop=loop, pending=0)
-        return _sender["loop"]
+def _start_sender(layer) -> None:
+    loop = asyncio.new_event_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(_drain(layer, queue))
+
+    threading.Thread(target=run, name="agentops-live-notify", daemon=True).start()
+    _sender.update(pid=os.getpid(), loop=loop, queue=queue, pending={})
 
 
-async def _send(layer, run_id: str, message: dict) -> None:
-    try:
-        await asyncio.wait_for(_send_both(layer, run_id, message), SEND_TIMEOUT)
-        _sender["warned"] = False
-    except Exception:  # Redis down: live pages degrade to polling, runs go on
-        if not _sender["warned"]:
-            logger.warning("could not notify viewers of run %s", run_id, exc_info=True)
-            _sender["warned"] = True
-    finally:
+async def _drain(layer, queue: asyncio.Queue) -> None:
+    while True:
+        run_id = await queue.get()
         with _lock:
-            _sender["pending"] -= 1
+            seq = _sender["pending"].pop(run_id, 0)
+        message = {"type": "run.changed", "run_id": run_id, "seq": seq}
+        try:
+            await asyncio.wait_for(_send_both(layer, run_id, message), SEND_TIMEOUT)
+            _sender["warned"] = False
+        except Exception:  # Redis down: live pages degrade to polling, runs go on
+            if not _sender["warned"]:
+                logger.warning("could not notify viewers of run %s", run_id, exc_info=True)
+                _sender["warned"] = True
 
 
 async def _send_both(layer, run_id: str, message: dict) -> None:
@@ -80,10 +84,12 @@ def notify_run(run_id: str, seq: int) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    loop = _loop()
     with _lock:
-        if _sender["pending"] >= MAX_PENDING:
-            return
-        _sender["pending"] += 1
-    message = {"type": "run.changed", "run_id": run_id, "seq": seq}
-    asyncio.run_coroutine_threadsafe(_send(layer, run_id, message), loop)
+        if _sender["pid"] != os.getpid():
+            _start_sender(layer)
+        pending = _sender["pending"]
+        queued = run_id in pending
+        pending[run_id] = max(pending.get(run_id, 0), seq)
+        loop, queue = _sender["loop"], _sender["queue"]
+    if not queued:
+        loop.call_soon_threadsafe(queue.put_nowait, run_id)

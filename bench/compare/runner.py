@@ -32,11 +32,11 @@ class Sizes:
     def for_mode(cls, quick: bool) -> Sizes:
         if quick:
             return cls(reps=3, effects=1000, runs=200, run_effects=5, chat_steps=200,
-                       big_steps=20, big_chunks=1024, resume_sizes=[5_000, 50_000],
+                       big_steps=40, big_chunks=1024, resume_sizes=[5_000, 50_000],
                        dbos_resume_sizes=[5_000], active_runs=1000, window=8.0,
                        floor_rows=1000)
         return cls(reps=5, effects=1000, runs=1000, run_effects=5, chat_steps=200,
-                   big_steps=50, big_chunks=1024, resume_sizes=[5_000, 50_000, 500_000],
+                   big_steps=100, big_chunks=1024, resume_sizes=[5_000, 50_000, 500_000],
                    dbos_resume_sizes=[5_000], active_runs=1000, window=15.0, floor_rows=2000)
 
 

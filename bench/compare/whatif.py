@@ -141,6 +141,51 @@ def claim_and_load() -> None:
     crashed.delete()
 
 
+def effect_indexes() -> None:
+    """The one-statement effect commit with and without the unique index on the effect's
+    idempotency key (the key is a function of the unique position, so the index only
+    repeats the position's)."""
+    from django.db import connection
+
+    from runs.durable import control
+    from runs.durable import records as r
+    from runs.store import OrmStore
+
+    store = OrmStore()
+    run = control.launch(store, agent="bench-effects", inputs={"n": 1})
+    epoch = store.claim(run.id, "bench:0:whatif", 600, time.time()).run.epoch
+    seq = [0]
+
+    def commit():
+        seq[0] += 1
+        e = r.EffectRecord(branch=1, step_no=1, seq=seq[0], kind="call", tool="noop",
+                           digest="d" * 32, key=f"{run.id}:1:1:{seq[0]}", idempotent=True,
+                           status="done", args_preview=str(seq[0]), result=seq[0], attempts=1,
+                           started_at=time.time(), finished_at=time.time(), epoch=epoch)
+        store.commit(run.id, epoch, r.Commit(run={"lease_expires_at": time.time() + 60},
+                                             effects=[e], events=[("effect", {"seq": seq[0]})]))
+
+    drop = "ALTER TABLE runs_effect DROP CONSTRAINT effect_unique_key"
+    add = "ALTER TABLE runs_effect ADD CONSTRAINT effect_unique_key UNIQUE (key)"
+    times = {"with": [], "without": []}
+    for _ in range(4):
+        for name, ddl_before, ddl_after in (("with", None, None), ("without", drop, add)):
+            if ddl_before:
+                with connection.cursor() as c:
+                    c.execute(ddl_before)
+            for _ in range(300):
+                start = time.perf_counter()
+                commit()
+                times[name].append(time.perf_counter() - start)
+            if ddl_after:
+                with connection.cursor() as c:
+                    c.execute(ddl_after)
+    a, b = statistics.median(times["with"]), statistics.median(times["without"])
+    print(f"effect commit (one statement): with the key's unique index {a * 1e3:.3f} ms, "
+          f"without {b * 1e3:.3f} ms ({(a - b) / a * 100:.0f}% of the statement)")
+
+
 def main() -> None:
     checkpoint_commit()
     claim_and_load()
+    effect_indexes()

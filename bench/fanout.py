@@ -60,6 +60,7 @@ class Follower:
         self.gaps = 0
         self.duplicates = 0
         self.latencies: list[float] = []
+        self.sent_at: list[float] = []
         self.caught_up_after: float | None = None
 
 
@@ -78,7 +79,9 @@ async def follow(socket, follower: Follower, heads: dict, stopped_at: dict):
                 follower.gaps += 1
             follower.last = seq
             follower.received += 1
-            follower.latencies.append((now - parse_at(event["at"])) * 1000)
+            at = parse_at(event["at"])
+            follower.latencies.append((now - at) * 1000)
+            follower.sent_at.append(at)
         head = heads.get(follower.run_id)
         if head is not None and follower.last >= head and follower.caught_up_after is None:
             follower.caught_up_after = wall() - stopped_at["t"]
@@ -113,6 +116,7 @@ async def client_main(port, cookie, assignments, after, ready, control, results)
         await socket.close()
     results.put({
         "latencies": [x for f in followers for x in f.latencies],
+        "sent_at": [x for f in followers for x in f.sent_at],
         "received": sum(f.received for f in followers),
         "gaps": sum(f.gaps for f in followers), "duplicates": sum(f.duplicates for f in followers),
         "behind": sum(1 for f in followers if f.caught_up_after is None),
@@ -202,6 +206,7 @@ def main():
     parser.add_argument("--rate", type=float, default=4.0, help="commits per second per run")
     parser.add_argument("--per-commit", type=int, default=3)
     parser.add_argument("--procs", type=int, default=4, help="client processes")
+    parser.add_argument("--timeline", action="store_true", help="latency per 2 s of the run")
     args = parser.parse_args()
     setup_django(DB_NAME)
     from django.db import connection
@@ -248,6 +253,7 @@ def main():
         server.stop()
 
     latencies = [x for p in parts for x in p["latencies"]]
+    sent_at = [x for p in parts for x in p["sent_at"]]
     received = sum(p["received"] for p in parts)
     catch_up = [x for p in parts for x in p["catch_up"]]
     behind = sum(p["behind"] for p in parts)
@@ -260,6 +266,13 @@ def main():
     print(f"  baseline 1 client  {summary(base)}")
     print(f"  ratio to baseline  p50 ×{percentile(latencies, 50) / percentile(base, 50):.1f}  "
           f"p95 ×{percentile(latencies, 95) / percentile(base, 95):.1f}")
+    if args.timeline:
+        first = min(sent_at)
+        buckets = {}
+        for at, latency in zip(sent_at, latencies):
+            buckets.setdefault(int((at - first) // 2), []).append(latency)
+        for bucket, values in sorted(buckets.items()):
+            print(f"    t={bucket * 2:>3}-{bucket * 2 + 2:<3}s {summary(values)}")
     print(f"  gaps {sum(p['gaps'] for p in parts)}, duplicates "
           f"{sum(p['duplicates'] for p in parts)}")
     print(f"  after the writers stopped: {len(catch_up)} clients at their run's last event "

@@ -39,6 +39,7 @@ import json
 import logging
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 
 from channels.db import database_sync_to_async
@@ -47,6 +48,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
 from django.conf import settings
+from django.db import connections
 
 from runs import selectors
 from runs.live import run_group
@@ -80,8 +82,16 @@ def _load_events(run_id: str, after: int, upto: int | None = None,
             for e in selectors.events_after(run_id, after, limit=limit, upto=upto)]
 
 
+def _load_event_ranges(ranges) -> dict[str, list[tuple[int, str]]]:
+    """Events of many runs in one query: {run_id: [(seq, JSON text), ...]}."""
+    found: dict[str, list[tuple[int, str]]] = {}
+    for event in selectors.events_in_ranges(ranges):
+        found.setdefault(event.run_id, []).append(
+            (event.seq, json.dumps(event_message(event), ensure_ascii=False)))
+    return found
+
+
 load_events = database_sync_to_async(_load_events)
-load_heads = database_sync_to_async(selectors.run_heads)
 
 
 class Feed:
@@ -93,7 +103,6 @@ class Feed:
         self.hint = 0          # a wake-up said the head is at least this
         self.tail: deque[tuple[int, str]] = deque(maxlen=TAIL)  # contiguous, ends at head
         self.subscribers: set = set()
-        self.lock = asyncio.Lock()
 
     @property
     def wants_events(self) -> bool:
@@ -110,24 +119,20 @@ class Feed:
             return [] if last >= self.head else None
         return list(islice(self.tail, after + 1 - first, None))
 
-    async def advance(self, head: int) -> None:
-        async with self.lock:
-            if head <= self.head:
-                return
-            if self.wants_events:
-                start = self.tail[-1][0] if self.tail else 0
-                start = max(start, head - TAIL)
-                events = await load_events(self.run_id, start, upto=head, limit=TAIL)
-                self._extend(events)
-            self.head = max(self.head, head)
-        for subscriber in list(self.subscribers):
-            subscriber.feed_advanced(self)
+    def missing(self) -> tuple[str, int, int]:
+        """The range of events to fetch to reach the hint: (run_id, after, upto)."""
+        after = self.tail[-1][0] if self.tail else 0
+        return self.run_id, max(after, self.hint - TAIL), self.hint
 
-    def _extend(self, events: list[tuple[int, str]]) -> None:
+    def advance(self, events: list[tuple[int, str]]) -> None:
+        """The hub fetched up to the hint: keep the events, move the head, wake the sockets."""
         for seq, text in events:
             if self.tail and seq != self.tail[-1][0] + 1:
                 self.tail.clear()  # not contiguous with what we had: start again here
             self.tail.append((seq, text))
+        self.head = max(self.head, self.hint)
+        for subscriber in list(self.subscribers):
+            subscriber.feed_advanced(self)
 
 
 class LiveHub:
@@ -138,6 +143,7 @@ class LiveHub:
         self.feeds: dict[str, Feed] = {}
         self.wake = asyncio.Event()
         self.task: asyncio.Task | None = None
+        self.stopping: asyncio.Task | None = None  # a cancelled task still cleaning up
         self.last_poll = 0.0
         self.layer = get_channel_layer()
         self.channel: str | None = None
@@ -167,7 +173,7 @@ class LiveHub:
             self.groups_dirty = True  # leave its group at the next turn
         if not self.feeds and self.task is not None:
             self.task.cancel()  # nobody left to follow: stop polling now
-            self.task = None
+            self.stopping, self.task = self.task, None
 
     def poke(self, run_id: str, seq: int) -> None:
         """A wake-up from the channel layer: the run has events up to `seq`."""
@@ -177,6 +183,13 @@ class LiveHub:
             self.wake.set()
 
     async def _run(self) -> None:
+        # A database thread of its own: the hub's few queries never wait behind the
+        # sockets' (sessions, permissions, catch-ups), which share Channels' one thread.
+        db_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="live-hub-db")
+        self.load_heads = database_sync_to_async(selectors.run_heads, thread_sensitive=False,
+                                                 executor=db_thread)
+        self.load_ranges = database_sync_to_async(_load_event_ranges, thread_sensitive=False,
+                                                  executor=db_thread)
         listener = None
         try:
             if self.layer is not None:
@@ -202,6 +215,9 @@ class LiveHub:
                 with contextlib.suppress(Exception):
                     await self.layer.group_discard(group, self.channel)
             self.joined = set()
+            with contextlib.suppress(Exception):  # give the connection back while idle
+                await self.loop.run_in_executor(db_thread, connections.close_all)
+            db_thread.shutdown(wait=False)
 
     async def _listen(self) -> None:
         delay = 0.5
@@ -251,14 +267,18 @@ class LiveHub:
         new = [f for f in self.feeds.values() if f.head == 0]
         if now - self.last_poll >= poll_seconds() or new:
             self.last_poll = now
-            heads = await load_heads(list(self.feeds))
+            heads = await self.load_heads(list(self.feeds))
             for run_id, head in heads.items():
                 feed = self.feeds.get(run_id)
                 if feed is not None:
                     feed.hint = max(feed.hint, head)
-        for feed in list(self.feeds.values()):
-            if feed.hint > feed.head:
-                await feed.advance(feed.hint)
+        moving = [feed for feed in self.feeds.values() if feed.hint > feed.head]
+        if not moving:
+            return
+        ranges = [feed.missing() for feed in moving if feed.wants_events]
+        events = await self.load_ranges(ranges) if ranges else {}
+        for feed in moving:  # one query for every run that moved, then every socket wakes
+            feed.advance(events.get(feed.run_id, []) if feed.wants_events else [])
 
 
 _hub: LiveHub | None = None

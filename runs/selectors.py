@@ -100,6 +100,14 @@ def events_after(run_id: str, after: int, limit: int = EVENT_BATCH,
     return list(events.order_by("seq")[:limit])
 
 
+def events_in_ranges(ranges) -> list[RunEvent]:
+    """Events of several runs in one query; `ranges` is [(run_id, after, upto), ...]."""
+    where = Q()
+    for run_id, after, upto in ranges:
+        where |= Q(run_id=run_id, seq__gt=after, seq__lte=upto)
+    return list(RunEvent.objects.filter(where).order_by("run_id", "seq"))
+
+
 def events_tail(run: Run, limit: int = TAIL_EVENTS) -> list[RunEvent]:
     """The last `limit` events up to the run row's event_seq: the page shows exactly
     the state at that seq, and the live feed continues after it."""

@@ -78,8 +78,11 @@ async def sockets():
     for communicator in opened:
         with contextlib.suppress(Exception):
             await communicator.disconnect(timeout=2)
-    # The consumers' database thread keeps its connection (CONN_MAX_AGE): close it, or
-    # the test database cannot be dropped at the end.
+    # The consumers' database threads keep their connections (CONN_MAX_AGE): close them,
+    # or the test database cannot be dropped at the end.
+    hub = consumers._hub
+    if hub is not None and hub.loop is asyncio.get_running_loop() and hub.stopping is not None:
+        await asyncio.wait([hub.stopping], timeout=5)  # the hub closes its own
     await database_sync_to_async(connections.close_all)()
 
 

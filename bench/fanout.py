@@ -34,6 +34,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 from live_common import (
     bench_user_cookie,
     create_runs,
@@ -167,6 +168,11 @@ def writers(run_ids, rate: float, per_commit: int, seconds: float, wake: bool,
     return sum(written)
 
 
+def cpu_seconds(process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
+
+
 def heads_of(run_ids) -> dict:
     from runs.models import Run
 
@@ -240,9 +246,13 @@ def main():
         for proc in procs:
             proc.start()
         connected = sum(ready.get(timeout=120) for _ in procs)
+        daphne = psutil.Process(server.pid)
+        clients = [psutil.Process(proc.pid) for proc in procs]
+        cpu_before = [cpu_seconds(p) for p in (daphne, *clients)]
         started = time.monotonic()
         written = writers(run_ids, args.rate, args.per_commit, args.seconds, wake)
         elapsed = time.monotonic() - started
+        cpu = [cpu_seconds(p) - b for p, b in zip((daphne, *clients), cpu_before)]
         final = {"heads": heads_of(run_ids), "stopped_at": wall()}
         for control in controls:
             control.put(final)
@@ -257,7 +267,10 @@ def main():
     received = sum(p["received"] for p in parts)
     catch_up = [x for p in parts for x in p["catch_up"]]
     behind = sum(p["behind"] for p in parts)
-    print(f"  connected          {connected} clients")
+    print(f"  connected          {connected} clients; while writing, Daphne used "
+          f"{100 * cpu[0] / elapsed:.0f}% of a core, the client processes "
+          f"{100 * sum(cpu[1:]) / elapsed:.0f}% ({os.cpu_count()} cores, load average "
+          f"{os.getloadavg()[0]:.1f})")
     print(f"  written            {written} events ({written / elapsed:.0f}/s)")
     print(f"  delivered          {received} events ({received / elapsed:.0f}/s to clients; "
           f"{received / max(written, 1):.2f} per event written, expected "

@@ -6,7 +6,8 @@ Run page, ws/runs/<id>/ (the owner, or an operator)::
     client → {"type": "hello", "after": N}     send me every event after N, then live ones
              {"type": "resume", "after": N}    same; the client saw a gap and asks again
              {"type": "ping"}                  answered with {"type": "pong"}
-    server → {"type": "welcome", "run": id, "after": N, "head": H}
+    server → {"type": "welcome", "run": id, "after": N, "head": H}   (H: the last seq this
+                                                  process knew of, 0 if it has not looked yet)
              {"type": "events", "events": [{"seq", "kind", "data", "at", "text"}, ...]}
              {"type": "error", "code": ..., "error": ...}   the connection stays usable
 
@@ -19,6 +20,7 @@ Run list, ws/runs/::
     server → {"type": "watching", "runs": [id, ...]}    the ones it follows (the user's own)
              {"type": "runs", "runs": [summary, ...]}   rows that moved past the seq given
              {"type": "new_runs", "newest": id}         the user launched a run elsewhere
+                                                        (checked once a second)
 
 Wake-ups come two ways, and either alone is enough. One `LiveHub` per Daphne
 process follows every run that a socket here watches. It joins the group

@@ -171,9 +171,11 @@ AGENTOPS = {
     "REQUEUE_AFTER_SECONDS": env_float("AGENTOPS_REQUEUE_AFTER", 60.0),
     "REQUEUE_STUCK_SECONDS": env_float("AGENTOPS_REQUEUE_STUCK", 3.0),
     "CRASH_LOOP_LIMIT": env_int("AGENTOPS_CRASH_LOOP_LIMIT", 3),
-    # Runs one worker process executes at once, each in a thread: steps that wait
-    # on I/O (model calls, HTTP) overlap. SQLite serialises writers, so one there.
-    "RUNS_PER_WORKER": env_int("AGENTOPS_RUNS_PER_WORKER", 4 if IS_POSTGRES else 1),
+    # Runs one worker process executes at once, each in a thread, so that steps that
+    # wait on I/O (model calls, HTTP) overlap. Opt-in (PostgreSQL only; SQLite
+    # serialises writers): one SIGKILL then crashes every run of the process at once,
+    # which counts towards each run's crash-loop guard.
+    "RUNS_PER_WORKER": env_int("AGENTOPS_RUNS_PER_WORKER", 1),
     "WORKER_TASK_SECONDS": env_float("AGENTOPS_WORKER_TASK_SECONDS", 120.0),
     # how long a stopping qcluster waits for its processes before killing them
     "SHUTDOWN_GRACE_SECONDS": env_float("AGENTOPS_SHUTDOWN_GRACE", 20.0),

@@ -25,10 +25,21 @@ def wait_final(run_ids, timeout=120, resolve_in_doubt=True):
                     run_id=run.id, seq=run.attention["seq"], user="test-operator",
                     resolution="done" if arrived else "retry",
                     result={"count": 1} if arrived else None, reason="checked downstream")
+            elif run.status == "needs_attention" and resolve_in_doubt and \
+                    (run.attention or {}).get("kind") == "crash_loop":
+                # the test itself killed this run's worker three times in one step
+                services.run_resume(run_id=run.id, user="test-operator",
+                                    reason="the kills were ours")
         return all(r.status in ("succeeded", "failed", "cancelled") for r in runs) and \
             len(runs) == len(run_ids)
 
-    wait_until(all_final, timeout, interval=0.2, message=f"runs {run_ids} to finish")
+    try:
+        wait_until(all_final, timeout, interval=0.2, message=f"runs {run_ids} to finish")
+    except AssertionError as exc:
+        states = list(Run.objects.filter(pk__in=run_ids).values_list(
+            "id", "status", "step_no", "lease_owner", "lease_expires_at", "enqueued_at",
+            "attention"))
+        raise AssertionError(f"{exc}; runs now: {states}") from None
     return {r.id: r for r in Run.objects.filter(pk__in=run_ids)}
 
 

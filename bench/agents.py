@@ -3,7 +3,8 @@
     python -m bench.agents [--pages 10000] [--rounds 1]
 
 Both crawls run in this process against one real Daphne serving the sandbox site
-at zero latency, on a PostgreSQL database of their own (``agentops_bench_agents``,
+at zero latency (with a connection pool, as the Procfile runs it), on a PostgreSQL
+database of their own (``agentops_bench_agents``,
 dropped and migrated fresh; ``BENCH_AGENTS_DATABASE_URL`` overrides it):
 
 - engine: the ``crawl`` agent launched as a run and executed by ``execute_run``
@@ -144,8 +145,9 @@ def start_daphne(url: str) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # As the Procfile's web line: a connection pool, not a connection per request.
     env = dict(os.environ, DATABASE_URL=url, DJANGO_SETTINGS_MODULE="agentops.settings",
-               PYTHONPATH=str(ROOT))
+               PYTHONPATH=str(ROOT), AGENTOPS_DB_POOL="1")
     proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
                              "agentops.asgi:application"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -54,6 +54,11 @@ from django.db import connections
 
 from runs import selectors
 from runs.live import run_group
+
+try:
+    from redis.exceptions import TimeoutError as RedisTimeout
+except ImportError:  # pragma: no cover - no Redis client installed
+    RedisTimeout = TimeoutError
 from runs.views.present import event_message
 
 logger = logging.getLogger("agentops.live")
@@ -228,10 +233,12 @@ class LiveHub:
                 message = await self.layer.receive(self.channel)
             except asyncio.CancelledError:
                 raise
+            except (TimeoutError, RedisTimeout):  # an idle blocking read hit the socket timeout
+                continue
             except Exception:  # Redis down or restarting: poll until it is back
                 self._layer_failed("receive")
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                delay = min(delay * 2, REJOIN_EVERY)
                 continue
             delay = 0.5
             if message.get("type") == "run.changed":

@@ -9,7 +9,9 @@ class RunsConfig(AppConfig):
     def ready(self):
         from django.db.models.signals import post_migrate
 
-        from runs import signals  # noqa: F401  (worker process hooks)
+        # Imported for their side effects: <run_id:...> for the URLconfs, and
+        # the worker process hooks.
+        from runs import converters, signals  # noqa: F401
         from runs.agent_loader import load_agents
         from runs.operator.groups import ensure_operators_group
 

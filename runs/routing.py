@@ -4,5 +4,5 @@ from runs import consumers
 
 websocket_urlpatterns = [
     path("ws/runs/", consumers.RunListConsumer.as_asgi()),
-    path("ws/runs/<str:run_id>/", consumers.RunConsumer.as_asgi()),
+    path("ws/runs/<run_id:run_id>/", consumers.RunConsumer.as_asgi()),
 ]

@@ -204,11 +204,11 @@ class RunContext:
 
     # --- viewer-facing ------------------------------------------------------------
     def log(self, message: str) -> None:
-        self._session.emit("log", {"step": self.step_no, "message": str(message)[:4000]},
+        self._session.emit("log", {"step": self.step_no, "message": _text(message, 4000)},
                            live=self._live)
 
     def progress(self, done: float, total: float, message: str = "") -> None:
-        self._session.set_progress(done, total, str(message)[:500], live=self._live)
+        self._session.set_progress(done, total, _text(message, 500), live=self._live)
 
     # --- internals ----------------------------------------------------------------
     def _next(self, kind: str, name: str, args, kwargs):
@@ -246,3 +246,9 @@ def _tool_error(record: r.EffectRecord) -> ToolFailedError:
     error = record.error or {}
     return ToolFailedError(record.tool, error.get("type", "Error"), error.get("message", ""),
                            record.attempts)
+
+
+def _text(message, limit: int) -> str:
+    # Log lines are for people: a NUL (which a jsonb event row cannot hold)
+    # becomes the replacement character rather than failing the step.
+    return str(message)[:limit].replace("\x00", "\ufffd")

@@ -22,20 +22,28 @@ CHAIN_LIMIT = 32
 PATCH_CODEC = "json+zstd-patch"
 _PATCH_LEVEL = 6  # with long-distance matching: a 1 KB change in 1 MB patches to < 1 KB
 _JSON_SCALARS = (str, int, float, bool, type(None))
+# Inputs, results and outputs land in PostgreSQL jsonb columns, which refuse
+# "\u0000" with an error mid-commit; refusing it here names the key instead.
+_NUL = "string with a NUL character (\\u0000)"
 _compressor = zstandard.ZstdCompressor(level=3)
 _decompressor = zstandard.ZstdDecompressor()
 
 
 def check_serializable(value, path: str = "") -> None:
-    """Walk a value and raise StateNotSerializableError at the first non-JSON leaf."""
+    """Walk a value and raise StateNotSerializableError at the first leaf that
+    JSON (or a jsonb column) cannot hold."""
     if isinstance(value, _JSON_SCALARS):
         if isinstance(value, float) and value != value:
             raise StateNotSerializableError(path, "NaN float")
+        if isinstance(value, str) and "\x00" in value:
+            raise StateNotSerializableError(path, _NUL)
         return
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise StateNotSerializableError(f"{path}[{key!r}]", f"key of type {type(key).__name__}")
+            if "\x00" in key:
+                raise StateNotSerializableError(f"{path}[{key!r}]", f"key with {_NUL}")
             check_serializable(item, f"{path}.{key}" if path else key)
         return
     if isinstance(value, (list, tuple)):

@@ -439,6 +439,13 @@ def hello(ctx, inputs):
     return {"greeting": ctx.call(greet, inputs["name"])}
 
 
+@agent("nul_talk", registry=REG)
+def nul_talk(ctx, inputs):
+    ctx.log("before\x00after")
+    ctx.progress(1, 1, "half\x00way")
+    return {"ok": True}
+
+
 @agent("schema", registry=REG, input_schema={
     "type": "object", "required": ["name"],
     "properties": {"name": {"type": "string", "minLength": 1},

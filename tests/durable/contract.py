@@ -34,6 +34,7 @@ from runs.durable import (
     InvalidTransitionError,
     Outcome,
     RunNotFoundError,
+    StateNotSerializableError,
     WorkerConfig,
     control,
     execute_run,
@@ -983,6 +984,20 @@ class StoreContract:
         with pytest.raises(InputValidationError):
             control.launch(store, agent="schema", inputs=inputs, registry=REG)
         assert store.due_runs(time.time()) == []
+
+    def test_launching_with_a_nul_character_in_the_inputs_creates_nothing(self, store):
+        # PostgreSQL's jsonb refuses U+0000: the launch says so, by key, up front.
+        with pytest.raises(StateNotSerializableError) as caught:
+            control.launch(store, agent="hello", inputs={"name": "A\x00"}, registry=REG)
+        assert caught.value.path == "inputs.name"
+        assert store.due_runs(time.time()) == []
+
+    def test_a_nul_character_in_a_log_line_is_replaced_not_fatal(self, store, read_events):
+        run = self.launch(store, "nul_talk")
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        logs = [data["message"] for _, kind, data in read_events(run.id) if kind == "log"]
+        assert logs == ["before\ufffdafter"]
+        assert store.load(run.id).run.progress_message == "half\ufffdway"
 
     def test_launch_applies_schema_defaults(self, store):
         run = self.launch(store, "schema", {"name": "Ada"})

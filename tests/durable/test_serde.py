@@ -90,6 +90,17 @@ def test_an_unserialisable_value_is_reported_with_its_path(value, path, type_nam
     assert again.value.path == path
 
 
+@pytest.mark.parametrize("value,path", [
+    ({"name": ["ok", "a\x00b"]}, "name[1]"),
+    ({"m": {"k\x00": 1}}, "m['k\\x00']"),
+])
+def test_a_nul_character_is_refused_by_the_check(value, path):
+    # Inputs, results and outputs go to jsonb, which cannot hold U+0000.
+    with pytest.raises(StateNotSerializableError) as caught:
+        serde.check_serializable(value)
+    assert caught.value.path == path and "NUL" in str(caught.value)
+
+
 def test_a_non_string_key_is_reported_by_the_check():
     with pytest.raises(StateNotSerializableError) as caught:
         serde.check_serializable({"m": {3: "int key"}})

@@ -90,6 +90,8 @@ class RunContext:
             if recorded.status == r.ERROR and recorded.resolution != "retry":
                 raise _tool_error(recorded)
             if not tool.idempotent and recorded.resolution != "retry":
+                if self._session.settling:  # cancelled: nothing to settle by calling it
+                    raise Stop(r.CANCEL)
                 error = InDoubtEffectError(position=position, tool=tool.name, key=recorded.key)
                 error.record = recorded
                 raise self._session.halt(error)
@@ -100,7 +102,7 @@ class RunContext:
                 record.status, record.resolution, record.error = r.INTENT, "", None
                 self._session.log_effect(record)
         else:
-            self._session.effect_boundary()
+            self._session.effect_boundary(settles=tool.idempotent)
             record = self._new_record(position, r.CALL, tool, args, kwargs)
             if not tool.idempotent:
                 self._session.log_effect(record)  # write-ahead intent
@@ -108,6 +110,7 @@ class RunContext:
 
     def _invoke(self, tool: Tool, record: r.EffectRecord, args, kwargs):
         session = self._session
+        session.settling = False
         session.ensure_lease()
         tag = f"{session.run.agent}/{tool.name}"
         faults.hit("before_effect", tag)

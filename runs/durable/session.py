@@ -65,6 +65,12 @@ class RunSession:
         self.lease_expires_at = claim.run.lease_expires_at or 0.0
         self.suspended_for = 0.0
         self.halted: DurableError | None = None
+        # A cancel that finds its run's worker dead mid-step first settles that step:
+        # the step is replayed and the one idempotent call that may have been in
+        # flight is issued again under its key (the target dedups), so the effect
+        # log shows every write the outside world may hold. No other new effect,
+        # and never a non-idempotent one, starts after the cancel.
+        self.settling = claim.crashed and claim.run.control == r.CANCEL
         self._replay: dict[tuple, r.EffectRecord] = {}
         self._buffer: list[r.EffectRecord] = []
         self._events: list[tuple[str, dict]] = []
@@ -98,7 +104,7 @@ class RunSession:
             return self._attention(
                 "version_drift", f"code changed: {run.agent_version} → {agent.version}",
                 {"recorded": run.agent_version, "current": str(agent.version)})
-        if run.control in (r.PAUSE, r.CANCEL):
+        if run.control in (r.PAUSE, r.CANCEL) and not self.settling:
             raise Stop(run.control)
 
         loaded = self.store.load(run.id)
@@ -115,6 +121,7 @@ class RunSession:
             self.suspended_for = max(0.0, time.time() - _last_write(loaded))
 
         if loaded.checkpoint is None:
+            self.settling = False  # died before its first step: nothing was in flight
             try:
                 state = agent.start(dict(run.inputs))
                 encode_state(state)
@@ -133,7 +140,7 @@ class RunSession:
                 ("status", {"status": r.RUNNING, "resumed_from": loaded.checkpoint.number,
                             "after": "crash" if self.crashed else "suspension" if away else "slice",
                             "worker": self.owner, "epoch": self.epoch})]))
-            if away and agent.has_on_resume():
+            if away and agent.has_on_resume() and not self.settling:
                 try:
                     state = self._on_resume(agent, state, step_no)
                 except FencedError:
@@ -152,7 +159,7 @@ class RunSession:
                 return self._stop("shutdown", dirty, step_no)
             if self.fenced:
                 return Outcome.FENCED
-            if self.control in (r.PAUSE, r.CANCEL):
+            if self.control in (r.PAUSE, r.CANCEL) and not (first and self.settling):
                 return self._stop(self.control, dirty, step_no)
             if not first and time.monotonic() >= slice_ends:
                 return self._stop("slice", dirty, step_no)
@@ -385,12 +392,19 @@ class RunSession:
             return result
 
     # --- lease and boundaries --------------------------------------------------------------
-    def effect_boundary(self) -> None:
-        """Before a new effect: honour shutdown, pause and cancel, and fencing."""
+    def effect_boundary(self, *, settles: bool = False) -> None:
+        """Before a new effect: honour shutdown, pause and cancel, and fencing.
+
+        `settles`: the effect is an idempotent call, which may be the one a dead
+        worker left in flight (see `settling`)."""
         if self.fenced:
             raise Stop("fenced")
         if self.stop_event.is_set():
             raise Stop("shutdown")
+        if self.settling:
+            self.settling = False
+            if settles and self.control == r.CANCEL:
+                return
         if self.control in (r.PAUSE, r.CANCEL):
             raise Stop(self.control)
 

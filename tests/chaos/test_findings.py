@@ -1,7 +1,8 @@
 """Findings of the chaos suite, each replayed deterministically (docs/RELIABILITY.md).
 
-A finding stays here as a strict xfail until it is fixed: the fix turns it into an
-unexpected pass, which fails the suite until the mark is removed.
+A finding stays here as a strict xfail until it is fixed (the fix turns it into an
+unexpected pass, which fails the suite until the mark is removed), then as the
+regression test of its fix.
 """
 
 import pytest
@@ -15,11 +16,6 @@ from tests.support.processes import wait_until
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "found by the full chaos run (seed 4242): an idempotent call that reached the target "
-    "is never logged when its worker dies before the log and the run is then cancelled; "
-    "the resumed run stops at once on the cancel request without replaying the step, so "
-    "the effect log (the audit trail) never shows a write the outside world has"))
 def test_a_write_cut_off_by_a_crash_is_logged_even_when_the_run_is_then_cancelled(
         server, start_cluster, faults_dir):
     env = {"AGENTOPS_SANDBOX_URL": f"{server.url}/sandbox"}

@@ -408,6 +408,41 @@ class StoreContract:
         assert len(WORLD.target.work) == 4  # ...and the target did that work once
         assert store.load(run.id).run.output == {"ids": [1, 2, 3, 4]}
 
+    def test_a_cancel_after_a_crash_first_logs_the_cut_off_idempotent_call(self, store, clock):
+        run = self.launch(store, "keys", {"n": 3})
+        crash_at("after_effect_before_log")  # the target did the work; the log never knew
+        self.crash(store, run.id, clock)
+        control.cancel(store, run.id, actor="op", reason="changed my mind")
+        assert self.execute(store, run.id) == Outcome.CANCELLED
+        key = idempotency_key(run.id, 1, 1, 0)
+        assert WORLD.target.keys() == [key, key]  # re-sent under its key, nothing new
+        assert len(WORLD.target.work) == 1
+        calls = [e for e in store.history(run.id).effects if e.kind == r.CALL]
+        assert [(e.key, e.status) for e in calls] == [(key, r.DONE)]
+        assert store.load(run.id).run.status == r.CANCELLED
+
+    def test_a_cancel_after_a_crash_starts_no_non_idempotent_call(self, store, clock):
+        run = self.launch(store, "in_doubt")
+        crash_at("after_effect_before_log")
+        self.crash(store, run.id, clock)
+        control.cancel(store, run.id, actor="op")
+        assert self.execute(store, run.id) == Outcome.CANCELLED
+        assert WORLD.calls["send_email"] == 1
+
+    def test_a_cancel_after_a_crash_settles_at_most_one_idempotent_call(self, store, clock):
+        run = self.launch(store, "keys", {"n": 3})
+        # Dead after step 1's checkpoint: whether step 2's first call had gone out is
+        # unknowable (an idempotent call writes no intent), so it is sent, once, and
+        # logged; its sibling in the same step is not.
+        crash_at("after_checkpoint", nth=2)
+        self.crash(store, run.id, clock)
+        control.cancel(store, run.id, actor="op")
+        assert self.execute(store, run.id) == Outcome.CANCELLED
+        assert WORLD.target.keys() == [idempotency_key(run.id, 1, 1, 0),
+                                       idempotency_key(run.id, 1, 2, 0)]
+        assert [e.key for e in store.history(run.id).effects if e.kind == r.CALL] == \
+            WORLD.target.keys()
+
     def _in_doubt(self, store, clock):
         run = self.launch(store, "in_doubt")
         crash_at("after_effect_before_log")

@@ -92,9 +92,9 @@ class OrmStore:
             if row is None:
                 self._get(run_id)
                 raise FencedError(run_id, epoch)  # a newer owner claimed the run
-            if self.notify is not None and commit.events:
+            if self.notify is not None and (commit.events or commit.checkpoint is not None):
                 self.notify(run_id, row[1])
-            return r.CommitResult(row[0], row[1], row[2], None)
+            return r.CommitResult(*row)
         fields = {name: (to_dt(value) if name in RUN_TIME_FIELDS else value)
                   for name, value in commit.run.items()}
         new_events = len(commit.events) + (1 if commit.checkpoint is not None else 0)

@@ -1,0 +1,102 @@
+"""The ORM store's one-statement commits on PostgreSQL (runs/store_pg.py): the fast
+path is really taken, writes what the general path writes, and is fenced. On SQLite
+the same commits take the general path and must write the same rows."""
+
+import time
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from runs import store_pg
+from runs.durable import control
+from runs.durable import records as r
+from runs.durable.errors import FencedError
+from runs.durable.faults import faults
+from runs.models import Checkpoint, Run, RunEvent
+from runs.store import OrmStore
+from tests.durable.agents_for_tests import REG
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ON_POSTGRESQL = connection.vendor == "postgresql"
+
+
+@pytest.fixture
+def statements(monkeypatch):
+    """Counts the store's one-statement commits."""
+    calls = []
+    original = store_pg.execute_prepared
+
+    def counted(sql, params):
+        calls.append(sql)
+        return original(sql, params)
+
+    monkeypatch.setattr(store_pg, "execute_prepared", counted)
+    return calls
+
+
+@pytest.fixture
+def claimed():
+    store = OrmStore()
+    run = control.launch(store, agent="steps", inputs={"n": 3}, registry=REG)
+    claim = store.claim(run.id, "w1", 30, time.time())
+    return store, run.id, claim.run.epoch
+
+
+def checkpoint_commit(step_no: int, blob: bytes = b'{"i": 1}') -> r.Commit:
+    checkpoint = r.CheckpointRecord(number=0, branch=1, step_no=step_no, blob=blob, codec="json",
+                                    created_at=time.time())
+    now = r.EffectRecord(branch=1, step_no=step_no, seq=0, kind=r.NOW, tool="now", digest="d",
+                         key=f"k{step_no}", idempotent=False, status=r.DONE, result=1.5)
+    return r.Commit(run={"step_no": step_no, "crash_count": 0}, checkpoint=checkpoint,
+                    effects=[now], events=[("log", {"message": f"step {step_no}"})])
+
+
+def test_a_step_checkpoint_commits_in_one_statement(claimed, statements):
+    store, run_id, epoch = claimed
+    with CaptureQueriesContext(connection) as django_queries:
+        first = store.commit(run_id, epoch, checkpoint_commit(1))
+        second = store.commit(run_id, epoch, checkpoint_commit(2, b'{"i": 2}'))
+    if ON_POSTGRESQL:
+        assert len(statements) == 2 and len(django_queries) == 0
+        with connection.cursor() as cursor:  # prepared once, on Django's own connection
+            cursor.execute("SELECT count(*) FROM pg_prepared_statements "
+                           "WHERE statement LIKE '%%INSERT INTO runs_checkpoint%%'")
+            assert cursor.fetchone()[0] == 1
+    else:
+        assert statements == [] and len(django_queries) > 2
+    assert (first.checkpoint_number, second.checkpoint_number) == (1, 2)
+    assert second.event_seq == first.event_seq + 2 == 1 + 4
+    events = list(RunEvent.objects.filter(run_id=run_id).order_by("seq")
+                  .values_list("seq", "kind", "data"))
+    assert [seq for seq, _, _ in events] == [1, 2, 3, 4, 5]  # contiguous
+    assert events[-2:] == [(4, "log", {"message": "step 2"}),
+                           (5, "checkpoint", {"number": 2, "branch": 1, "step": 2, "size": 8,
+                                              "reason": "step"})]
+    row = Checkpoint.objects.get(run_id=run_id, number=2)
+    assert (row.step_no, bytes(row.blob), row.size, row.codec) == (2, b'{"i": 2}', 8, "json")
+    run = Run.objects.get(pk=run_id)
+    assert (run.step_no, run.checkpoint_count, run.event_seq) == (2, 2, 5)
+    assert store.load(run_id).effects == []  # the now() values sit at or before the checkpoint
+
+
+def test_a_fenced_checkpoint_commit_writes_nothing(claimed, statements):
+    store, run_id, epoch = claimed
+    store.commit(run_id, epoch, r.Commit(run={"lease_expires_at": time.time() - 1}))
+    assert store.claim(run_id, "w2", 30, time.time()) is not None  # the lease ran out
+    with pytest.raises(FencedError):
+        store.commit(run_id, epoch, checkpoint_commit(1))
+    assert len(statements) == (2 if ON_POSTGRESQL else 0)
+    assert not Checkpoint.objects.filter(run_id=run_id).exists()
+    assert list(RunEvent.objects.filter(run_id=run_id).values_list("seq", flat=True)) == [1]
+
+
+def test_an_armed_fault_point_inside_the_checkpoint_takes_the_general_path(claimed, statements):
+    store, run_id, epoch = claimed
+    hits = []
+    faults.arm("after_checkpoint_before_event", lambda: hits.append(1))
+    try:
+        result = store.commit(run_id, epoch, checkpoint_commit(1))
+    finally:
+        faults.disarm()
+    assert hits == [1] and statements == [] and result.checkpoint_number == 1

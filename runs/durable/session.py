@@ -77,7 +77,7 @@ class RunSession:
         self._progress: dict = {}
         self._crash_pending = False
         self._base: tuple[int, int, bytes] | None = None  # (number, branch, raw JSON)
-        self._chain = 0
+        self._chain = serde.Chain()
         self._lock = threading.Lock()
 
     # --- the run loop ---------------------------------------------------------------
@@ -134,7 +134,7 @@ class RunSession:
             raw = serde.resolve_raw(loaded.bases + [loaded.checkpoint])
             state = serde.json.loads(raw)
             self._base = (loaded.checkpoint.number, loaded.checkpoint.branch, raw)
-            self._chain = len(loaded.bases)
+            self._chain = serde.Chain.of(loaded.bases, loaded.checkpoint)
             step_no = loaded.checkpoint.step_no
             self._commit(r.Commit(run=run_update, events=[
                 ("status", {"status": r.RUNNING, "resumed_from": loaded.checkpoint.number,
@@ -321,7 +321,7 @@ class RunSession:
                                       "worker": self.owner, "epoch": self.epoch}))
         result = self._commit(r.Commit(run=update, checkpoint=checkpoint, events=events))
         self._base = (result.checkpoint_number, self.run.branch, raw)
-        self._chain = self._chain + 1 if base_number is not None else 0
+        self._chain = self._chain.after(blob, patched=base_number is not None)
         self.run.step_no = step_no
         faults.hit("after_checkpoint", self.run.agent)
         # Steps at or before a checkpoint are never replayed again.
@@ -333,9 +333,9 @@ class RunSession:
         branch when the state is large and the chain is short, else a full one."""
         base = self._base
         if (base is not None and base[1] == self.run.branch and len(raw) > serde.PATCH_ABOVE
-                and self._chain < serde.CHAIN_LIMIT):
+                and self._chain.may_extend()):
             patch = serde.encode_patch(raw, base[2])
-            if len(patch) < len(raw) // 4:
+            if self._chain.worth(patch, raw):
                 return patch, serde.PATCH_CODEC, base[0]
         blob, codec = serde.encode_raw(raw)
         return blob, codec, None

@@ -1171,6 +1171,34 @@ class StoreContract:
             assert serde.checkpoint_state(c, checkpoints)["i"] == c.step_no
         assert store.load(run.id).run.output["size"] == 1500
 
+    def test_a_patch_chain_ends_at_its_limit_even_across_a_resume(self, store, clock,
+                                                                  monkeypatch):
+        monkeypatch.setattr(serde, "CHAIN_LIMIT", 3)
+        run = self.launch(store, "big_state", {"n": 9})
+        crash_at("after_checkpoint", nth=3)  # mid-chain: the resume continues it
+        self.crash(store, run.id, clock)
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        checkpoints = store.history(run.id).checkpoints
+        kinds = ["patch" if c.codec == serde.PATCH_CODEC else "full" for c in checkpoints]
+        assert kinds == ["full", "patch", "patch", "patch"] * 2 + ["full"]  # steps 0-8
+        assert serde.checkpoint_state(checkpoints[-2], checkpoints)["i"] == 7
+
+    def test_a_patch_chain_ends_when_its_patches_outweigh_a_full_checkpoint(self, store,
+                                                                             monkeypatch):
+        def after(chain, blob, patched):  # as if the full checkpoint were 3 patches' size
+            if not patched:
+                return serde.Chain(full_bytes=900)
+            return original(chain, blob, patched)
+
+        original = serde.Chain.after
+        monkeypatch.setattr(serde.Chain, "after", after)
+        monkeypatch.setattr(serde, "encode_patch", lambda raw, base: b"p" * 300)
+        run = self.launch(store, "big_state", {"n": 6})
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        kinds = ["patch" if c.codec == serde.PATCH_CODEC else "full"
+                 for c in store.history(run.id).checkpoints]
+        assert kinds == ["full", "patch", "patch", "full", "patch", "patch"]  # steps 0-5
+
     def test_resume_and_rollback_across_a_patch_chain(self, store, clock):
         run = self.launch(store, "big_state", {"n": 8})
         crash_at("after_checkpoint", nth=5)

@@ -100,3 +100,15 @@ def test_an_armed_fault_point_inside_the_checkpoint_takes_the_general_path(claim
     finally:
         faults.disarm()
     assert hits == [1] and statements == [] and result.checkpoint_number == 1
+
+
+def test_a_resume_reads_every_live_effect_in_order_across_pages(claimed, monkeypatch):
+    from runs import store as orm_store
+
+    monkeypatch.setattr(orm_store, "LOAD_PAGE", 2)
+    store, run_id, epoch = claimed
+    effects = [r.EffectRecord(branch=1, step_no=1 + seq // 3, seq=seq % 3, kind=r.CALL,
+                              tool="t", digest="d", key=f"k{seq}", idempotent=True,
+                              status=r.DONE, result=seq) for seq in (4, 0, 3, 1, 2)]
+    store.commit(run_id, epoch, r.Commit(effects=effects))
+    assert [e.result for e in store.load(run_id).effects] == [0, 1, 2, 3, 4]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
 
 from runs.durable import control
 from runs.durable import records as r
@@ -34,11 +33,12 @@ def _after(record: r.RunRecord) -> Run:
 
 
 def run_launch(*, user: AbstractBaseUser | None, agent: str, inputs) -> Run:
-    with transaction.atomic():
-        record = control.launch(store(), agent=agent, inputs=inputs,
-                                owner=str(user.pk) if user is not None else "",
-                                max_input_bytes=settings.AGENTOPS["MAX_INPUT_BYTES"])
-        return _after(record)
+    # No transaction around it: the store writes the run and its first event in one
+    # (one statement on PostgreSQL), and the task is queued once that has committed.
+    record = control.launch(store(), agent=agent, inputs=inputs,
+                            owner=str(user.pk) if user is not None else "",
+                            max_input_bytes=settings.AGENTOPS["MAX_INPUT_BYTES"])
+    return _after(record)
 
 
 def run_pause(*, run_id: str, user, reason: str = "") -> Run:

@@ -12,7 +12,7 @@ from datetime import datetime
 from datetime import timezone as dt_timezone
 
 from django.db import connection, transaction
-from django.db.models import BooleanField, ExpressionWrapper, F, Q
+from django.db.models import F, Q
 
 from runs import store_pg
 from runs.durable import records as r
@@ -43,14 +43,17 @@ class OrmStore:
     # --- the protocol -----------------------------------------------------------------
     def create_run(self, run: r.RunRecord) -> r.RunRecord:
         now = datetime.now(dt_timezone.utc)
-        with transaction.atomic():
-            row = Run.objects.create(
-                id=run.id, owner_id=int(run.owner) if str(run.owner).isdigit() else None,
-                agent=run.agent, agent_version=run.agent_version, inputs=run.inputs,
-                status=run.status, created_at=now, updated_at=now, event_seq=1)
-            RunEvent.objects.create(run=row, seq=1, kind="status",
-                                    data={"status": run.status, "event": "launched"})
-            self._notify_on_commit(row.id, 1)
+        row = Run(id=run.id, owner_id=int(run.owner) if str(run.owner).isdigit() else None,
+                  agent=run.agent, agent_version=run.agent_version, inputs=run.inputs,
+                  status=run.status, created_at=now, updated_at=now, event_seq=1)
+        event = {"status": run.status, "event": "launched"}
+        if connection.vendor == "postgresql":
+            store_pg.create_run_in_one_statement(row, event)
+        else:
+            with transaction.atomic():
+                row.save(force_insert=True)
+                RunEvent.objects.create(run=row, seq=1, kind="status", data=event)
+        self._notify_on_commit(row.id, 1)
         return run_record(row)
 
     def load(self, run_id: str) -> r.Loaded:
@@ -70,20 +73,20 @@ class OrmStore:
 
     def claim(self, run_id: str, owner: str, lease_seconds: float, now: float) -> r.Claim | None:
         now_dt = to_dt(now)
-        claimable = (Q(status__in=[r.QUEUED, r.RUNNING]) | Q(status=r.WAITING, wake_at__lte=now_dt))
-        free = Q(lease_owner__isnull=True) | Q(lease_expires_at__lte=now_dt)
-        updated = Run.objects.filter(claimable & free, pk=run_id).update(
-            epoch=F("epoch") + 1, lease_owner=owner, lease_expires_at=to_dt(now + lease_seconds),
-            # evaluated on the old row: an unreleased lease means its owner died
-            claimed_after_crash=ExpressionWrapper(Q(lease_owner__isnull=False),
-                                                  output_field=BooleanField()),
-            enqueued_at=None, updated_at=now_dt)
-        if updated != 1:
+        # One conditional UPDATE that returns the row it claimed (it was an UPDATE and
+        # a SELECT). SET expressions read the old row: an unreleased lease means its
+        # owner died.
+        rows = list(Run.objects.raw(
+            "UPDATE runs_run SET epoch = epoch + 1, lease_owner = %s, lease_expires_at = %s, "
+            "claimed_after_crash = (lease_owner IS NOT NULL), enqueued_at = NULL, "
+            "updated_at = %s WHERE id = %s "
+            "AND (status IN (%s, %s) OR (status = %s AND wake_at <= %s)) "
+            "AND (lease_owner IS NULL OR lease_expires_at <= %s) RETURNING *",
+            [owner, to_dt(now + lease_seconds), now_dt, run_id, r.QUEUED, r.RUNNING, r.WAITING,
+             now_dt, now_dt]))
+        if not rows:
             return None  # not runnable, or another worker got there first
-        row = Run.objects.get(pk=run_id)
-        if row.lease_owner != owner:
-            return None
-        return r.Claim(run_record(row), row.claimed_after_crash)
+        return r.Claim(run_record(rows[0]), rows[0].claimed_after_crash)
 
     def commit(self, run_id: str, epoch: int, commit: r.Commit) -> r.CommitResult:
         if store_pg.fast_path_applies(commit):

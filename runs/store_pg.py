@@ -60,6 +60,19 @@ CHECKPOINT_CTES = (
     "FROM run, cp)")
 
 
+def create_run_in_one_statement(row, event_data: dict) -> None:
+    """Insert the run row and its first event together (no transaction of our own: the
+    statement is one), with the values Django would write for `row`."""
+    fields = [f for f in row._meta.concrete_fields]
+    values = [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields]
+    columns = ", ".join(f.column for f in fields)
+    sql = (f"WITH run AS (INSERT INTO runs_run ({columns}) VALUES "
+           f"({', '.join(['%s'] * len(fields))}) RETURNING id, created_at) "
+           "INSERT INTO runs_runevent (run_id, seq, kind, data, created_at) "
+           "SELECT id, 1, 'status', %s::jsonb, created_at FROM run RETURNING seq")
+    execute_prepared(sql, [*values, json.dumps(event_data)])
+
+
 def fast_path_applies(commit: r.Commit) -> bool:
     return (connection.vendor == "postgresql"
             and commit.audit is None and commit.supersede is None and not commit.take_over

@@ -112,3 +112,28 @@ def test_a_resume_reads_every_live_effect_in_order_across_pages(claimed, monkeyp
                               status=r.DONE, result=seq) for seq in (4, 0, 3, 1, 2)]
     store.commit(run_id, epoch, r.Commit(effects=effects))
     assert [e.result for e in store.load(run_id).effects] == [0, 1, 2, 3, 4]
+
+
+def test_a_launch_writes_its_run_and_first_event_in_one_statement(statements):
+    store = OrmStore()
+    with CaptureQueriesContext(connection) as django_queries:
+        run = control.launch(store, agent="steps", inputs={"n": 3}, registry=REG)
+    if ON_POSTGRESQL:
+        assert len(statements) == 1 and len(django_queries) == 0
+    row = Run.objects.get(pk=run.id)
+    assert (row.status, row.event_seq, row.inputs, row.epoch) == (r.QUEUED, 1, {"n": 3}, 0)
+    assert list(RunEvent.objects.filter(run_id=run.id).values_list("seq", "kind", "data")) == [
+        (1, "status", {"status": r.QUEUED, "event": "launched"})]
+
+
+def test_a_claim_is_one_conditional_update_that_returns_the_run():
+    store = OrmStore()
+    run = control.launch(store, agent="steps", inputs={"n": 3}, registry=REG)
+    with CaptureQueriesContext(connection) as django_queries:
+        claim = store.claim(run.id, "w1", 30, time.time())
+        taken = store.claim(run.id, "w2", 30, time.time())
+    assert len(django_queries) == 2 and taken is None
+    assert (claim.run.epoch, claim.run.lease_owner, claim.crashed) == (1, "w1", False)
+    store.commit(run.id, 1, r.Commit(run={"lease_expires_at": time.time() - 1}))
+    again = store.claim(run.id, "w2", 30, time.time())  # the lease ran out: w1 died
+    assert (again.run.epoch, again.run.lease_owner, again.crashed) == (2, "w2", True)

@@ -63,16 +63,14 @@ class OrmStore:
         after = checkpoint.step_no if checkpoint else 0
         bases = []
         if checkpoint is not None and checkpoint.codec == serde.PATCH_CODEC:
-            window = Checkpoint.objects.filter(run_id=run_id, branch=row.branch,
-                                               number__lt=checkpoint.number,
-                                               number__gte=checkpoint.number - serde.CHAIN_LIMIT - 1)
-            chain = serde.chain_to(checkpoint, [checkpoint, *window])
-            bases = [checkpoint_record(c) for c in chain[:-1]]
+            bases = patch_bases(run_id, checkpoint_record(checkpoint))
         return r.Loaded(run_record(row), checkpoint_record(checkpoint) if checkpoint else None,
                         live_effects(run_id, row.branch, after), bases)
 
     def claim(self, run_id: str, owner: str, lease_seconds: float, now: float) -> r.Claim | None:
         now_dt = to_dt(now)
+        if connection.vendor == "postgresql":
+            return self._claim_and_load(run_id, owner, to_dt(now + lease_seconds), now_dt)
         # One conditional UPDATE that returns the row it claimed (it was an UPDATE and
         # a SELECT). SET expressions read the old row: an unreleased lease means its
         # owner died.
@@ -87,6 +85,19 @@ class OrmStore:
         if not rows:
             return None  # not runnable, or another worker got there first
         return r.Claim(run_record(rows[0]), rows[0].claimed_after_crash)
+
+    def _claim_and_load(self, run_id, owner, lease_expires_at, now_dt) -> r.Claim | None:
+        """On PostgreSQL the claim reads what the resume needs in the same statement."""
+        claimed = store_pg.claim_and_load(run_id, owner, lease_expires_at, now_dt)
+        if claimed is None:
+            return None  # not runnable, or another worker got there first
+        run, crashed, checkpoint, effects = claimed
+        if effects is None:
+            return r.Claim(run, crashed)  # a long tail of effects: load() reads it in pages
+        bases = []
+        if checkpoint is not None and checkpoint.codec == serde.PATCH_CODEC:
+            bases = patch_bases(run_id, checkpoint)
+        return r.Claim(run, crashed, r.Loaded(run, checkpoint, effects, bases))
 
     def commit(self, run_id: str, epoch: int, commit: r.Commit) -> r.CommitResult:
         if store_pg.fast_path_applies(commit):
@@ -180,6 +191,15 @@ class OrmStore:
     def _notify_on_commit(self, run_id: str, seq: int) -> None:
         if self.notify is not None:
             transaction.on_commit(lambda: self.notify(run_id, seq))
+
+
+def patch_bases(run_id: str, checkpoint: r.CheckpointRecord) -> list[r.CheckpointRecord]:
+    """The checkpoints a patch checkpoint rests on, its full one first."""
+    window = Checkpoint.objects.filter(run_id=run_id, branch=checkpoint.branch,
+                                       number__lt=checkpoint.number,
+                                       number__gte=checkpoint.number - serde.CHAIN_LIMIT - 1)
+    chain = serde.chain_to(checkpoint, [checkpoint, *(checkpoint_record(c) for c in window)])
+    return chain[:-1]
 
 
 def live_effects(run_id: str, branch: int, after_step: int) -> list[r.EffectRecord]:

@@ -73,6 +73,85 @@ def create_run_in_one_statement(row, event_data: dict) -> None:
     execute_prepared(sql, [*values, json.dumps(event_data)])
 
 
+# RunRecord's fields in order (JSON as text: Django's connection leaves jsonb unparsed)
+RUN_SELECT = ", ".join(f"claimed.{c}" for c in (
+    "id", "agent", "agent_version", "inputs::text", "status", "branch", "step_no", "epoch",
+    "lease_owner", "lease_expires_at", "control", "output::text", "error::text",
+    "attention::text", "progress_done", "progress_total", "progress_message", "wake_at",
+    "crash_count", "crash_step", "event_seq", "created_at", "updated_at", "suspended_at",
+    "owner_id", "claimed_after_crash"))
+RUN_JSON = (3, 11, 12, 13)
+RUN_TIMES = (9, 17, 21, 22, 23)
+RUN_OWNER = 24
+# EffectRecord's fields in order, but for `args` (not stored)
+EFFECT_ARRAY = ("jsonb_build_array(branch, step_no, seq, kind, tool, digest, key, idempotent, "
+                "status, args_preview, result, error, attempts, "
+                "extract(epoch FROM started_at)::float8, extract(epoch FROM finished_at)::float8, "
+                "resolution, superseded, worker, epoch)")
+CHECKPOINT_SELECT = "number, branch, step_no, blob, codec, reason, parent_number, created_at, base_number"
+
+# Effects read with the claim; a run with more after its checkpoint is loaded apart.
+# The LIMIT also keeps the index scan: the step is a parameter here, and the planner
+# guessed a third of a long run's effects and scanned the table (140 ms at 500,000).
+CLAIM_EFFECTS = 500
+# Claim and load in one round trip: the conditional UPDATE that takes the run (its SET
+# expressions read the old row: an unreleased lease means its owner died), the latest
+# checkpoint of the run's branch, and the live effects after it, oldest first. The
+# reads name the run by the parameter, not by the UPDATE's result: joined to that,
+# the planner expected many rows from it and hashed the whole checkpoint table (0.2-0.6
+# s on half a million checkpoints, measured) instead of using the index.
+CLAIM_LOAD_SQL = f"""
+WITH claimed AS (
+    UPDATE runs_run SET epoch = epoch + 1, lease_owner = %s, lease_expires_at = %s,
+           claimed_after_crash = (lease_owner IS NOT NULL), enqueued_at = NULL, updated_at = %s
+    WHERE id = %s AND (status IN ('{r.QUEUED}', '{r.RUNNING}')
+                       OR (status = '{r.WAITING}' AND wake_at <= %s))
+      AND (lease_owner IS NULL OR lease_expires_at <= %s)
+    RETURNING *),
+cp AS (
+    SELECT c.* FROM runs_checkpoint c
+    WHERE c.run_id = %s AND c.branch = (SELECT branch FROM claimed)
+    ORDER BY c.step_no DESC, c.number DESC LIMIT 1)
+SELECT {RUN_SELECT},
+       {', '.join(f'cp.{c}' for c in CHECKPOINT_SELECT.split(', '))},
+       (SELECT coalesce(jsonb_agg({EFFECT_ARRAY} ORDER BY e.step_no, e.seq), '[]')::text
+        FROM (SELECT * FROM runs_effect e
+              WHERE e.run_id = %s AND e.branch = claimed.branch
+                AND e.step_no > coalesce(cp.step_no, 0) AND NOT e.superseded
+              ORDER BY e.step_no, e.seq LIMIT %s) e)
+FROM claimed LEFT JOIN cp ON true"""
+
+
+def claim_and_load(run_id: str, owner: str, lease_expires_at: datetime, now: datetime):
+    """(run, crashed, checkpoint or None, live effects or None) of a claim, or None when
+    the run is not claimable. The effects are None when there are more than
+    CLAIM_EFFECTS. The checkpoint's blob is its own: a patch needs its bases."""
+    row = execute_prepared(CLAIM_LOAD_SQL, [owner, lease_expires_at, now, run_id, now, now,
+                                            run_id, run_id, CLAIM_EFFECTS + 1])
+    if row is None:
+        return None
+    values = list(row[:26])
+    for i in RUN_JSON:
+        values[i] = None if values[i] is None else json.loads(values[i])
+    for i in RUN_TIMES:
+        values[i] = None if values[i] is None else values[i].timestamp()
+    values[RUN_OWNER] = str(values[RUN_OWNER] or "")
+    crashed = values.pop()
+    run = r.RunRecord(*values)
+    checkpoint = None
+    if row[26] is not None:
+        number, branch, step_no, blob, codec, reason, parent, created, base = row[26:35]
+        checkpoint = r.CheckpointRecord(number, branch, step_no, bytes(blob), codec, reason,
+                                        parent, created.timestamp() if created else 0.0, base)
+    arrays = json.loads(row[35])
+    if len(arrays) > CLAIM_EFFECTS:
+        return run, crashed, checkpoint, None
+    effects = [r.EffectRecord(*e[:10], None, *e[10:]) for e in arrays]
+    for e in effects:
+        e.started_at = e.started_at or 0.0
+    return run, crashed, checkpoint, effects
+
+
 def fast_path_applies(commit: r.Commit) -> bool:
     return (connection.vendor == "postgresql"
             and commit.audit is None and commit.supersede is None and not commit.take_over

@@ -86,7 +86,8 @@ def test_a_fenced_checkpoint_commit_writes_nothing(claimed, statements):
     assert store.claim(run_id, "w2", 30, time.time()) is not None  # the lease ran out
     with pytest.raises(FencedError):
         store.commit(run_id, epoch, checkpoint_commit(1))
-    assert len(statements) == (2 if ON_POSTGRESQL else 0)
+    commits = [sql for sql in statements if sql.startswith("WITH run AS")]
+    assert len(commits) == (2 if ON_POSTGRESQL else 0)
     assert not Checkpoint.objects.filter(run_id=run_id).exists()
     assert list(RunEvent.objects.filter(run_id=run_id).values_list("seq", flat=True)) == [1]
 
@@ -126,14 +127,58 @@ def test_a_launch_writes_its_run_and_first_event_in_one_statement(statements):
         (1, "status", {"status": r.QUEUED, "event": "launched"})]
 
 
-def test_a_claim_is_one_conditional_update_that_returns_the_run():
+def test_a_claim_is_one_conditional_update_that_returns_the_run(statements):
     store = OrmStore()
     run = control.launch(store, agent="steps", inputs={"n": 3}, registry=REG)
+    statements.clear()
     with CaptureQueriesContext(connection) as django_queries:
         claim = store.claim(run.id, "w1", 30, time.time())
         taken = store.claim(run.id, "w2", 30, time.time())
-    assert len(django_queries) == 2 and taken is None
+    if ON_POSTGRESQL:  # with what the resume needs
+        assert len(statements) == 2 and len(django_queries) == 0
+        assert claim.loaded.run is claim.run and claim.loaded.checkpoint is None
+    else:
+        assert len(django_queries) == 2
     assert (claim.run.epoch, claim.run.lease_owner, claim.crashed) == (1, "w1", False)
+    assert (claim.run.inputs, claim.run.status, claim.run.event_seq) == ({"n": 3}, r.QUEUED, 1)
+    assert taken is None
     store.commit(run.id, 1, r.Commit(run={"lease_expires_at": time.time() - 1}))
     again = store.claim(run.id, "w2", 30, time.time())  # the lease ran out: w1 died
     assert (again.run.epoch, again.run.lease_owner, again.crashed) == (2, "w2", True)
+
+
+def test_a_claim_after_a_crash_loads_what_load_loads(claimed):
+    """The one-statement claim's reading of a run (PostgreSQL) is load()'s, field by field."""
+    store, run_id, epoch = claimed
+    store.commit(run_id, epoch, checkpoint_commit(1))
+    done = r.EffectRecord(branch=1, step_no=2, seq=0, kind=r.CALL, tool="t", digest="d",
+                          key="k-done", idempotent=True, status=r.DONE, result={"a": [1]},
+                          attempts=1, started_at=time.time(), finished_at=time.time())
+    intent = r.EffectRecord(branch=1, step_no=2, seq=1, kind=r.CALL, tool="u", digest="e",
+                            key="k-intent", idempotent=False, status=r.INTENT)
+    store.commit(run_id, epoch, r.Commit(run={"lease_expires_at": time.time() - 1,
+                                              "progress_message": "half"},
+                                         effects=[done, intent]))
+    claim = store.claim(run_id, "w2", 30, time.time())
+    loaded = claim.loaded or store.load(run_id)
+    expected = store.load(run_id)
+    assert loaded.run == expected.run and loaded.checkpoint == expected.checkpoint
+    assert [(e.key, e.status, e.result) for e in loaded.effects] == [
+        ("k-done", r.DONE, {"a": [1]}), ("k-intent", r.INTENT, None)]
+    for got, want in zip(loaded.effects, expected.effects, strict=True):
+        assert got.started_at == pytest.approx(want.started_at, abs=1e-5)
+        assert (got.finished_at or 0) == pytest.approx(want.finished_at or 0, abs=1e-5)
+        assert got.position == want.position and got.epoch == want.epoch
+
+
+def test_a_claim_leaves_a_long_tail_of_effects_to_load(claimed, monkeypatch):
+    store, run_id, epoch = claimed
+    monkeypatch.setattr(store_pg, "CLAIM_EFFECTS", 2)
+    effects = [r.EffectRecord(branch=1, step_no=1, seq=seq, kind=r.CALL, tool="t", digest="d",
+                              key=f"k{seq}", idempotent=True, status=r.DONE, result=seq)
+               for seq in range(3)]
+    store.commit(run_id, epoch, r.Commit(run={"lease_expires_at": time.time() - 1},
+                                         effects=effects))
+    claim = store.claim(run_id, "w2", 30, time.time())
+    assert claim.loaded is None and claim.run.epoch == epoch + 1
+    assert [e.result for e in store.load(run_id).effects] == [0, 1, 2]

@@ -165,6 +165,8 @@ class Claim:
 
     run: RunRecord
     crashed: bool
+    # what a resume needs, when the store read it with the claim (one round trip)
+    loaded: Loaded | None = None
 
 
 @dataclass

@@ -58,6 +58,7 @@ class RunSession:
         self.owner = config.owner
         self.run = claim.run
         self.crashed = claim.crashed
+        self.loaded = claim.loaded
         self.epoch = claim.run.epoch
         self.stop_event = stop_event or threading.Event()
         self.control: str | None = claim.run.control
@@ -107,7 +108,8 @@ class RunSession:
         if run.control in (r.PAUSE, r.CANCEL) and not self.settling:
             raise Stop(run.control)
 
-        loaded = self.store.load(run.id)
+        loaded = self.loaded or self.store.load(run.id)
+        self.loaded = None
         self.run = run = _merge_claim(loaded.run, self.run)
         self._replay = {e.position: e for e in loaded.effects if e.step_no > 0}
         run_update = {"status": r.RUNNING, "crash_count": crash_count,

@@ -12,12 +12,13 @@ inside the checkpoint's transaction.
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import datetime
 from datetime import timezone as dt_timezone
 
 import psycopg
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from runs.durable import records as r
 from runs.durable.faults import faults
@@ -156,7 +157,7 @@ def fast_path_applies(commit: r.Commit) -> bool:
     return (connection.vendor == "postgresql"
             and commit.audit is None and commit.supersede is None and not commit.take_over
             and commit.expect_status is None
-            and set(commit.run) <= set(RUN_COLUMNS)
+            and commit.run.keys() <= RUN_COLUMNS.keys()
             # a crash test's kill must land inside the checkpoint's transaction
             and (commit.checkpoint is None or not faults.armed("after_checkpoint_before_event")))
 
@@ -172,9 +173,15 @@ def commit_in_one_statement(run_id: str, epoch: int, commit: r.Commit):
         if sql:
             ctes.append(sql)
             params += part_params
-    number = "(SELECT number FROM cp)" if commit.checkpoint is not None else "NULL::integer"
-    return execute_prepared(
-        f"WITH {', '.join(ctes)} SELECT epoch, event_seq, control, {number} FROM run", params)
+    return execute_prepared(_statement(tuple(ctes), commit.checkpoint is not None), params)
+
+
+@functools.lru_cache(maxsize=512)
+def _statement(ctes: tuple[str, ...], checkpoint: bool) -> str:
+    # The same few shapes recur (an effect, a checkpoint, an ending): one string each,
+    # so psycopg's prepared-statement cache finds them by identity.
+    number = "(SELECT number FROM cp)" if checkpoint else "NULL::integer"
+    return f"WITH {', '.join(ctes)} SELECT epoch, event_seq, control, {number} FROM run"
 
 
 def execute_prepared(sql: str, params: list):
@@ -187,11 +194,12 @@ def execute_prepared(sql: str, params: list):
     no statement reaches turns preparing on for the statements asked for here only;
     Django's client-side cursors never prepare whatever the threshold.
     """
-    connection.ensure_connection()
-    conn = connection.connection
+    db = connections[DEFAULT_DB_ALIAS]  # the proxy `connection` looks it up on every use
+    db.ensure_connection()
+    conn = db.connection
     if conn.prepare_threshold is None:
         conn.prepare_threshold = ONLY_WHEN_ASKED
-    with connection.wrap_database_errors, psycopg.Cursor(conn) as cursor:
+    with db.wrap_database_errors, psycopg.Cursor(conn) as cursor:
         cursor.execute(sql, params, prepare=True)
         return cursor.fetchone()
 

@@ -89,7 +89,8 @@ TEMPLATES = [
 # --- database -------------------------------------------------------------
 # The qcluster process forks its workers, and forked children must not share a
 # connection pool (STACK-NOTES), so the pool is only switched on for web
-# processes (AGENTOPS_DB_POOL=1 in the Procfile's web line).
+# processes (AGENTOPS_DB_POOL=1 in the Procfile's web line). Each qcluster worker
+# process makes a pool of its own after the fork (runs/db.py).
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
@@ -149,7 +150,9 @@ else:
 # (STACK-NOTES). The run's lease, not the broker, decides who runs a run, so a
 # re-delivered task is harmless. timeout < retry, or django-q2 re-delivers
 # running tasks; runs yield after AGENTOPS_TIME_SLICE seconds, far below both.
-AGENTOPS_WORKERS = env_int("AGENTOPS_WORKERS", 4 if IS_POSTGRES else 2)
+# Worker processes: one per core (at least two). Concurrency for I/O comes from the
+# runs each process holds in threads (AGENTOPS_RUNS_PER_WORKER), not from processes.
+AGENTOPS_WORKERS = env_int("AGENTOPS_WORKERS", max(2, os.cpu_count() or 2))
 Q_CLUSTER = {
     "name": os.environ.get("Q_CLUSTER_NAME", "agentops"),
     "orm": "default",
@@ -176,12 +179,18 @@ AGENTOPS = {
     "REQUEUE_AFTER_SECONDS": env_float("AGENTOPS_REQUEUE_AFTER", 60.0),
     "REQUEUE_STUCK_SECONDS": env_float("AGENTOPS_REQUEUE_STUCK", 3.0),
     "CRASH_LOOP_LIMIT": env_int("AGENTOPS_CRASH_LOOP_LIMIT", 3),
-    # Runs one worker process executes at once, each in a thread, so that steps that
-    # wait on I/O (model calls, HTTP) overlap. Opt-in (PostgreSQL only; SQLite
-    # serialises writers): one SIGKILL then crashes every run of the process at once,
-    # which counts towards each run's crash-loop guard.
-    "RUNS_PER_WORKER": env_int("AGENTOPS_RUNS_PER_WORKER", 1),
-    "WORKER_TASK_SECONDS": env_float("AGENTOPS_WORKER_TASK_SECONDS", 120.0),
+    # Runs one worker process holds at once, each in a thread, so that steps that wait
+    # on I/O (model calls, HTTP) overlap (runs/worker.py). They share a pool of
+    # WORKER_DB_POOL_SIZE connections per process on PostgreSQL (runs/db.py), so
+    # 1,000 runs take ~20 connections. SQLite serialises writers: a small number.
+    # The price: one SIGKILL crashes every run of the process at once, which counts
+    # towards each run's crash-loop guard. 1 = one run per process, no threads.
+    "RUNS_PER_WORKER": env_int("AGENTOPS_RUNS_PER_WORKER", 500 if IS_POSTGRES else 16),
+    "WORKER_DB_POOL_SIZE": env_int("AGENTOPS_WORKER_DB_POOL", 10),
+    # how long a run's thread waits for a pooled connection before its step fails
+    "WORKER_DB_POOL_TIMEOUT": env_float("AGENTOPS_WORKER_DB_POOL_TIMEOUT", 30.0),
+    # a task hosting runs stops claiming after this, well inside the task timeout
+    "WORKER_TASK_SECONDS": env_float("AGENTOPS_WORKER_TASK_SECONDS", 300.0),
     # how long a stopping qcluster waits for its processes before killing them
     "SHUTDOWN_GRACE_SECONDS": env_float("AGENTOPS_SHUTDOWN_GRACE", 20.0),
     # checkpoint retention: the latest N per branch of ended runs, after a grace period

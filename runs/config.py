@@ -20,8 +20,8 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{_PROCESS_TOKEN}"
 
 
-def worker_config() -> WorkerConfig:
+def worker_config(slice_seconds: float | None = None) -> WorkerConfig:
     conf = settings.AGENTOPS
     return WorkerConfig(owner=worker_identity(), lease_seconds=conf["LEASE_SECONDS"],
-                        slice_seconds=conf["TIME_SLICE_SECONDS"],
+                        slice_seconds=slice_seconds or conf["TIME_SLICE_SECONDS"],
                         crash_loop_limit=conf["CRASH_LOOP_LIMIT"])

@@ -3,13 +3,28 @@
 Deploys signal workers in two ways (STACK-NOTES): SIGTERM to qcluster's main
 process only (our qcluster forwards SIGUSR1 to the workers), or SIGTERM to the
 whole process group (each worker gets it directly). Either way the worker's
-handler sets STOP; the running run stops at its next effect boundary, hands
-itself back (queued, lease released at once) and only then does a worker that
-got SIGTERM die, as it would have without us.
+handler sets STOP; every run the process holds stops at its next effect
+boundary, hands itself back (queued, lease released at once) and only then does
+a worker that got SIGTERM die, as it would have without us.
+
+Many runs per process. Agents mostly wait on I/O (model calls, HTTP), so a
+worker process holds up to RUNS_PER_WORKER runs at once, each in a thread (the
+engine is synchronous): the task of one run turns the process into a host of
+run slots (RunSlots) that claims due runs, oldest first, while it has free
+slots. Time slices still rotate runs when there are more runs than slots: a
+run that used up its slice is released and waits behind the runs that waited
+longer. What the threads share:
+  * database connections: a small pool per process, held only while a run
+    talks to the database (runs/db.py), so 1,000 runs need ~20 connections;
+  * lease renewal: one keeper thread per process (runs/leases.py), fenced
+    per run as before.
+The price: a SIGKILL (or OOM) of the process crashes every run it holds at
+once, and each of them counts it towards its crash-loop guard.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -22,7 +37,9 @@ from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from runs.config import worker_config
+from runs.db import ReleasingStore, release_connection, use_pool_in_this_process
 from runs.durable import Outcome, execute_run
+from runs.leases import keeper
 from runs.live import notify_run
 from runs.models import Run
 from runs.store import OrmStore, due_runs_queryset
@@ -30,26 +47,31 @@ from runs.store import OrmStore, due_runs_queryset
 logger = logging.getLogger("agentops.worker")
 
 TASK = "runs.worker.execute_run_task"
-STOP = threading.Event()       # hand the current run back at its next boundary
+STOP = threading.Event()       # hand every held run back at its next boundary
 _state = {"active": False, "terminate": False}
+CLAIM_POLL_SECONDS = 0.2       # how soon a free slot looks for a due run
+M_ARENA_MAX = -8               # mallopt parameter, from glibc's malloc.h
 
 
-def store() -> OrmStore:
-    return OrmStore(notify=notify_run)
+def store() -> ReleasingStore:
+    return ReleasingStore(OrmStore(notify=notify_run))
 
 
 def execute_run_task(run_id: str) -> str:
     if STOP.is_set():
         # This process is draining: leave the run to a live cluster's sweep.
         Run.objects.filter(pk=run_id, lease_owner__isnull=True).update(enqueued_at=None)
+        release_connection()
         return "draining"
     close_old_connections()
     _state["active"] = True
     try:
-        if settings.AGENTOPS["RUNS_PER_WORKER"] > 1:
-            return _execute_many(run_id)
+        slots = settings.AGENTOPS["RUNS_PER_WORKER"]
+        if slots > 1:
+            return RunSlots(slots).run(run_id)
         return _execute_one(run_id)
     finally:
+        release_connection()
         _state["active"] = False
         # Even when the hand-off failed (the database may be gone too), a worker told to
         # terminate must not outlive its cluster waiting on a queue nobody feeds.
@@ -57,52 +79,105 @@ def execute_run_task(run_id: str) -> str:
             _die_by_sigterm()
 
 
-def _execute_one(run_id: str, in_thread: bool = False) -> str:
-    try:
-        outcome = execute_run(store(), run_id, worker_config(), stop_event=STOP)
-        if outcome == Outcome.YIELDED:
-            enqueue_run(run_id)
-        elif outcome == Outcome.HANDED_OFF:
-            Run.objects.filter(pk=run_id).update(enqueued_at=None)
-            logger.info("run %s handed off on shutdown", run_id)
-        return outcome
-    finally:
-        if in_thread:
-            connection.close()
-
-
-def _execute_many(first_run_id: str) -> str:
-    """Runs whose steps mostly wait on I/O (LLM calls, HTTP) share a worker process:
-    besides the run of this task, the process claims other due runs while it has
-    free slots, each in a thread of its own (with its own database connection).
-    It stops taking new runs after WORKER_TASK_SECONDS, well inside django-q2's
-    task timeout, and on shutdown."""
-    slots = settings.AGENTOPS["RUNS_PER_WORKER"]
-    deadline = time.monotonic() + settings.AGENTOPS["WORKER_TASK_SECONDS"]
-    outcome = Outcome.NOT_CLAIMED
-    with ThreadPoolExecutor(slots, thread_name_prefix="run") as pool:
-        running = {pool.submit(_execute_one, first_run_id, True): first_run_id}
-        while running:
-            free = slots - len(running)
-            if free > 0 and not STOP.is_set() and time.monotonic() < deadline:
-                for run_id in _due_runs(exclude=list(running.values()), limit=free):
-                    running[pool.submit(_execute_one, run_id, True)] = run_id
-            done, _ = wait(running, timeout=0.2, return_when=FIRST_COMPLETED)
-            for future in done:
-                run_id = running.pop(future)
-                try:
-                    result = future.result()
-                except Exception:  # one run's failure must not take the others down
-                    logger.exception("run %s: worker thread failed", run_id)
-                    continue
-                if run_id == first_run_id:
-                    outcome = result
+def _execute_one(run_id: str) -> str:
+    """One slice of one run, alone in this process."""
+    outcome = execute_run(store(), run_id, worker_config(), stop_event=STOP, leases=keeper)
+    if outcome == Outcome.YIELDED:
+        enqueue_run(run_id)
+    elif outcome == Outcome.HANDED_OFF:
+        _handed_off(run_id)
     return outcome
 
 
+def _handed_off(run_id: str) -> None:
+    # enqueued_at cleared: a live cluster's sweep sends it to a worker at once.
+    Run.objects.filter(pk=run_id, lease_owner__isnull=True).update(enqueued_at=None)
+    logger.info("run %s handed off on shutdown", run_id)
+
+
+class RunSlots:
+    """Up to `slots` runs of this process at once, each in a thread.
+
+    The task's own run takes the first slot; free slots claim due runs, oldest
+    first. Slices: a run claimed while other due runs wait for a slot gets the
+    usual TIME_SLICE, so waiting runs take turns; a run claimed when nobody
+    waits keeps its slot until the task's end (rotating it would cost a
+    release, a claim and a load, for nobody). The task stops taking runs after
+    WORKER_TASK_SECONDS (well inside django-q2's task timeout) and on shutdown,
+    then waits for its runs: each ends its slice or, on shutdown, hands itself
+    back at its next boundary. A yielded run needs no broker task: the free
+    slots of every process claim due runs.
+    """
+
+    def __init__(self, slots: int):
+        self.slots = slots
+        self.slice = settings.AGENTOPS["TIME_SLICE_SECONDS"]
+        self.deadline = time.monotonic() + settings.AGENTOPS["WORKER_TASK_SECONDS"]
+        self.crowded = True  # until the first look at the due runs
+
+    def claiming(self) -> bool:
+        return not STOP.is_set() and time.monotonic() < self.deadline
+
+    def run(self, first_run_id: str) -> str:
+        outcome = Outcome.NOT_CLAIMED
+        with ThreadPoolExecutor(self.slots, thread_name_prefix="run") as pool:
+            running = {pool.submit(self._slot, first_run_id): first_run_id}
+            while running:
+                if self.claiming():
+                    free = self.slots - len(running)
+                    # One more than fits: is anyone left waiting for a slot?
+                    due = _due_runs(exclude=list(running.values()), limit=free + 1)
+                    self.crowded = len(due) > free
+                    for run_id in due[:free]:
+                        running[pool.submit(self._slot, run_id)] = run_id
+                done, _ = wait(running, timeout=CLAIM_POLL_SECONDS, return_when=FIRST_COMPLETED)
+                for future in done:
+                    run_id = running.pop(future)
+                    try:
+                        result = future.result()
+                    except Exception:  # one run's failure must not take the others down
+                        logger.exception("run %s: worker thread failed", run_id)
+                        continue
+                    if run_id == first_run_id:
+                        outcome = result
+        if not STOP.is_set():
+            self._pass_on()
+        return outcome
+
+    def _slot(self, run_id: str) -> str:
+        slice_seconds = self.slice if self.crowded else \
+            max(self.slice, self.deadline - time.monotonic())
+        try:
+            outcome = execute_run(store(), run_id, worker_config(slice_seconds),
+                                  stop_event=STOP, leases=keeper)
+            if outcome == Outcome.YIELDED and not STOP.is_set():
+                # enqueued_at keeps the sweep from sending it a broker task unless it
+                # waits more than REQUEUE_STUCK_SECONDS for a slot.
+                Run.objects.filter(pk=run_id, lease_owner__isnull=True).update(
+                    enqueued_at=timezone.now())
+            elif outcome in (Outcome.HANDED_OFF, Outcome.YIELDED):
+                _handed_off(run_id)
+            return outcome
+        finally:
+            connection.close()  # this thread's own (SQLite) or back to the pool
+
+    def _pass_on(self) -> None:
+        """The task ends with runs still due: a task for the oldest, so a process
+        (this one, next) hosts runs again without waiting for the sweep."""
+        due = _due_runs(exclude=[], limit=1)
+        if due:
+            enqueue_run(due[0])
+            release_connection()
+
+
 def _due_runs(exclude: list[str], limit: int) -> list[str]:
-    return list(due_runs_queryset(time.time()).exclude(pk__in=exclude)
-                .order_by("updated_at").values_list("id", flat=True)[:limit])
+    if limit <= 0:
+        return []
+    try:
+        return list(due_runs_queryset(time.time()).exclude(pk__in=exclude)
+                    .order_by("updated_at").values_list("id", flat=True)[:limit])
+    finally:
+        release_connection()
 
 
 def enqueue_run(run_id: str) -> None:
@@ -116,8 +191,25 @@ def enqueue_run(run_id: str) -> None:
     transaction.on_commit(send)
 
 
+def configure_worker_process() -> None:
+    """Called in each worker process, after the fork (django-q2's post_spawn)."""
+    install_signal_handlers()
+    use_pool_in_this_process()
+    _limit_malloc_arenas()
+
+
+def _limit_malloc_arenas() -> None:
+    # glibc gives threads that allocate at once arenas of their own (up to 8 per
+    # core); hundreds of run threads then spread small objects over many
+    # half-empty arenas. Two keep the memory of a process holding 500 runs down.
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc: its allocator has its own policy
+        return
+    libc.mallopt(M_ARENA_MAX, 2)
+
+
 def install_signal_handlers() -> None:
-    """Called in each worker process (django-q2's post_spawn)."""
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGUSR1, _on_signal)
 

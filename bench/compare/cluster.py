@@ -18,6 +18,7 @@ from bench.setup_db import ROOT
 
 class QCluster:
     def __init__(self, url: str, workers: int | None = None, **env):
+        self.url = url
         self.tmp = Path(tempfile.mkdtemp(prefix="bench-qcluster-"))
         self.pid_dir = self.tmp / "pids"
         self.pid_dir.mkdir()
@@ -57,6 +58,16 @@ class QCluster:
         except psutil.NoSuchProcess:
             return 0
         return sum(_pss(p) for p in procs)
+
+    def connections(self) -> int:
+        """PostgreSQL connections of this cluster: the database's, minus this process's
+        own (the bench runs alone on its database)."""
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            return conn.execute("SELECT count(*) FROM pg_stat_activity "
+                                "WHERE datname = current_database() "
+                                "AND pid <> pg_backend_pid()").fetchone()[0] - 1
 
     def stop(self) -> None:
         """SIGTERM to the main process (a deploy): runs hand back at their next boundary."""

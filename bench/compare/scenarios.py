@@ -178,7 +178,8 @@ def concurrency(b: Bench) -> None:
         return ({"ours_rate": ours_rate, "ours_runs": ours_runs, "ours_rss": ours_rss,
                  "dbos_rate": dbos_rate, "dbos_runs": dbos_runs, "dbos_rss": dbos_rss},
                 f"agentops {ours_rate:.1f} effects/s, {ours_runs:.0f}/{runs} runs progressed, "
-                f"{ours_rss:.0f} MiB (launch {b.extra['s6_launch_seconds'][-1]} s); DBOS "
+                f"{ours_rss:.0f} MiB, {b.extra['s6_peak_connections'][-1]} PostgreSQL "
+                f"connections (launch {b.extra['s6_launch_seconds'][-1]} s); DBOS "
                 f"{dbos_rate:.1f} effects/s, {dbos_runs:.0f}/{runs}, {dbos_rss:.0f} MiB "
                 f"(enqueue {b.extra['s6_dbos_enqueue_seconds'][-1]} s)")
 
@@ -216,8 +217,15 @@ def _ours_window(b: Bench, runs: int, window: float):
         b.extra.setdefault("s6_launch_seconds", []).append(round(time.time() - t0, 2))
         cluster = QCluster(b.url)
         start = time.time()
-        peak = _peak(cluster.memory, window)
+        connections = []
+
+        def sample():
+            connections.append(cluster.connections())
+            return cluster.memory()
+
+        peak = _peak(sample, window)
         end = time.time()
+        b.extra.setdefault("s6_peak_connections", []).append(max(connections, default=0))
         done, progressed = ours.effects_between(ids, start, end)
     finally:
         if cluster is not None:

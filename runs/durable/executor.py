@@ -16,16 +16,26 @@ logger = logging.getLogger("agentops.engine")
 
 def execute_run(store, run_id: str, config: WorkerConfig, *,
                 registry: AgentRegistry = default_registry,
-                stop_event: threading.Event | None = None) -> str:
+                stop_event: threading.Event | None = None, leases=None) -> str:
     """Run `run_id` for one time slice (or until it ends, waits or is stopped).
 
     Returns an Outcome. Safe to call for a run someone else holds: the claim is
     a conditional update, and a run that is not claimable returns NOT_CLAIMED.
+
+    `leases`: an object with hold(session)/drop(session) that keeps the lease
+    alive instead of a LeaseRenewer thread per run (a worker process holding
+    hundreds of runs renews them together: runs/leases.py).
     """
     claim = store.claim(run_id, config.owner, config.lease_seconds, time.time())
     if claim is None:
         return Outcome.NOT_CLAIMED
     session = RunSession(store, registry, config, claim, stop_event=stop_event)
+    if leases is not None:
+        leases.hold(session)
+        try:
+            return session.execute()
+        finally:
+            leases.drop(session)
     renewer = LeaseRenewer(session, store)
     renewer.start()
     try:

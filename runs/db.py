@@ -1,0 +1,74 @@
+"""Database connections in worker processes that hold many runs in threads.
+
+A thread of Django has a connection of its own; with hundreds of runs a process
+that would be hundreds of PostgreSQL connections (max_connections is 100 by
+default), most of them idle while tools wait on the network. Instead each
+worker process gets a small psycopg pool, created after the fork (a pool
+inherited across fork is shared by parent and child: STACK-NOTES), and a run's
+thread holds a connection only while it talks to the database: the store is
+wrapped so that every call hands the connection back to the pool.
+
+SQLite has no pool: each thread keeps its own connection (a file handle).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from django.conf import settings
+from django.db import connection, connections
+
+# Connections inherited from the parent at fork: closing them would end the
+# parent's session on the shared socket, dropping them would let the garbage
+# collector do the same. They are kept, unused, for the life of the process.
+_inherited = []
+
+
+def use_pool_in_this_process() -> bool:
+    """Switch this (freshly forked) worker process to a pool of its own."""
+    size = settings.AGENTOPS["WORKER_DB_POOL_SIZE"]
+    db = connections.settings["default"]
+    if db["ENGINE"] != "django.db.backends.postgresql" or size <= 0:
+        return False
+    wrapper = connections["default"]
+    if wrapper.connection is not None:
+        _inherited.append(wrapper.connection)
+        wrapper.connection = None
+    # Every thread's wrapper reads this same dict, so the pool is process-wide.
+    db["OPTIONS"] = {**db.get("OPTIONS", {}), "pool": {
+        "min_size": min(2, size), "max_size": size,
+        "timeout": settings.AGENTOPS["WORKER_DB_POOL_TIMEOUT"]}}
+    db["CONN_MAX_AGE"] = 0  # Django refuses persistent connections with a pool
+    return True
+
+
+def pooled() -> bool:
+    return bool(connection.settings_dict.get("OPTIONS", {}).get("pool"))
+
+
+def release_connection() -> None:
+    """Give this thread's connection back to the pool (outside a transaction)."""
+    if pooled() and not connection.in_atomic_block:
+        connection.close()
+
+
+class ReleasingStore:
+    """The store, with the thread's connection back in the pool after every call:
+    a run holds a connection while it commits, never while its tool waits."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        attr = getattr(self._inner, name)
+        if not callable(attr):
+            return attr
+
+        @functools.wraps(attr)
+        def call(*args, **kwargs):
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                release_connection()
+
+        return call

@@ -1,11 +1,11 @@
-"""PostgreSQL fast path for the engine's frequent writes: an effect's log and a
-step's checkpoint.
+"""PostgreSQL fast paths for the engine's frequent round trips: an effect's log, a
+step's checkpoint, a launch, and a claim with the load of what the resume needs.
 
-One statement, one round trip, one implicit transaction: the fenced UPDATE of
-the run, the effect rows, the checkpoint row and the event rows, as
-data-modifying CTEs. The inserts select FROM the UPDATE's result, so a fenced
-writer (no row updated) inserts nothing. Commits that carry an audit entry, a
-take-over or a supersede (operators' actions, rare) take the general path in
+Each is one statement, one round trip, one implicit transaction, prepared once per
+connection. A commit's fenced UPDATE of the run, its effect rows, checkpoint row and
+event rows are data-modifying CTEs; the inserts select FROM the UPDATE's result, so
+a fenced writer (no row updated) inserts nothing. Commits that carry an audit entry,
+a take-over or a supersede (operators' actions, rare) take the general path in
 runs/store.py, and so does a checkpoint while a test has armed the fault point
 inside the checkpoint's transaction.
 """
@@ -131,26 +131,35 @@ def claim_and_load(run_id: str, owner: str, lease_expires_at: datetime, now: dat
                                             run_id, run_id, CLAIM_EFFECTS + 1])
     if row is None:
         return None
-    values = list(row[:26])
+    run, crashed = _run_from(row[:26])
+    checkpoint = _checkpoint_from(row[26:35]) if row[26] is not None else None
+    arrays = json.loads(row[35])
+    if len(arrays) > CLAIM_EFFECTS:
+        return run, crashed, checkpoint, None
+    return run, crashed, checkpoint, [_effect_from(e) for e in arrays]
+
+
+def _run_from(columns) -> tuple[r.RunRecord, bool]:
+    values = list(columns)
     for i in RUN_JSON:
         values[i] = None if values[i] is None else json.loads(values[i])
     for i in RUN_TIMES:
         values[i] = None if values[i] is None else values[i].timestamp()
     values[RUN_OWNER] = str(values[RUN_OWNER] or "")
     crashed = values.pop()
-    run = r.RunRecord(*values)
-    checkpoint = None
-    if row[26] is not None:
-        number, branch, step_no, blob, codec, reason, parent, created, base = row[26:35]
-        checkpoint = r.CheckpointRecord(number, branch, step_no, bytes(blob), codec, reason,
-                                        parent, created.timestamp() if created else 0.0, base)
-    arrays = json.loads(row[35])
-    if len(arrays) > CLAIM_EFFECTS:
-        return run, crashed, checkpoint, None
-    effects = [r.EffectRecord(*e[:10], None, *e[10:]) for e in arrays]
-    for e in effects:
-        e.started_at = e.started_at or 0.0
-    return run, crashed, checkpoint, effects
+    return r.RunRecord(*values), crashed
+
+
+def _checkpoint_from(columns) -> r.CheckpointRecord:
+    number, branch, step_no, blob, codec, reason, parent, created, base = columns
+    return r.CheckpointRecord(number, branch, step_no, bytes(blob), codec, reason, parent,
+                              created.timestamp() if created else 0.0, base)
+
+
+def _effect_from(array: list) -> r.EffectRecord:
+    effect = r.EffectRecord(*array[:10], None, *array[10:])  # `args` is not stored
+    effect.started_at = effect.started_at or 0.0
+    return effect
 
 
 def fast_path_applies(commit: r.Commit) -> bool:

@@ -175,6 +175,8 @@ Q_CLUSTER = {
 AGENTOPS = {
     "LEASE_SECONDS": env_float("AGENTOPS_LEASE_SECONDS", 4.0),
     "TIME_SLICE_SECONDS": env_float("AGENTOPS_TIME_SLICE", 5.0),
+    # the slice of a run claimed while no other run waits for a slot (runs/worker.py)
+    "UNCONTENDED_SLICE_SECONDS": env_float("AGENTOPS_UNCONTENDED_SLICE", 20.0),
     "SWEEP_INTERVAL": env_float("AGENTOPS_SWEEP_INTERVAL", 0.5),
     "REQUEUE_AFTER_SECONDS": env_float("AGENTOPS_REQUEUE_AFTER", 60.0),
     "REQUEUE_STUCK_SECONDS": env_float("AGENTOPS_REQUEUE_STUCK", 3.0),

@@ -38,7 +38,7 @@ from django.utils import timezone
 
 from runs.config import worker_config
 from runs.db import ReleasingStore, release_connection, use_pool_in_this_process
-from runs.durable import Outcome, execute_run
+from runs.durable import Outcome, WorkerConfig, execute_run
 from runs.leases import keeper
 from runs.live import notify_run
 from runs.models import Run
@@ -50,6 +50,7 @@ TASK = "runs.worker.execute_run_task"
 STOP = threading.Event()       # hand every held run back at its next boundary
 _state = {"active": False, "terminate": False}
 CLAIM_POLL_SECONDS = 0.2       # how soon a free slot looks for a due run
+WAITING_AFTER_SECONDS = 0.5    # a due run unclaimed this long is waiting for a slot
 M_ARENA_MAX = -8               # mallopt parameter, from glibc's malloc.h
 
 
@@ -101,8 +102,9 @@ class RunSlots:
     The task's own run takes the first slot; free slots claim due runs, oldest
     first. Slices: a run claimed while other due runs wait for a slot gets the
     usual TIME_SLICE, so waiting runs take turns; a run claimed when nobody
-    waits keeps its slot until the task's end (rotating it would cost a
-    release, a claim and a load, for nobody). The task stops taking runs after
+    waits gets UNCONTENDED_SLICE_SECONDS (rotating it would cost a release, a
+    claim and a load, for nobody), cut back to TIME_SLICE as soon as runs wait
+    while every slot is taken. The task stops taking runs after
     WORKER_TASK_SECONDS (well inside django-q2's task timeout) and on shutdown,
     then waits for its runs: each ends its slice or, on shutdown, hands itself
     back at its next boundary. A yielded run needs no broker task: the free
@@ -112,8 +114,10 @@ class RunSlots:
     def __init__(self, slots: int):
         self.slots = slots
         self.slice = settings.AGENTOPS["TIME_SLICE_SECONDS"]
+        self.long_slice = settings.AGENTOPS["UNCONTENDED_SLICE_SECONDS"]
         self.deadline = time.monotonic() + settings.AGENTOPS["WORKER_TASK_SECONDS"]
         self.crowded = True  # until the first look at the due runs
+        self.configs: dict[str, WorkerConfig] = {}  # of each held run: its slice
 
     def claiming(self) -> bool:
         return not STOP.is_set() and time.monotonic() < self.deadline
@@ -125,11 +129,15 @@ class RunSlots:
             while running:
                 if self.claiming():
                     free = self.slots - len(running)
-                    # One more than fits: is anyone left waiting for a slot?
+                    # One more than fits: is anyone left waiting for a slot? A run
+                    # released a moment ago is not: a free slot somewhere takes it.
                     due = _due_runs(exclude=list(running.values()), limit=free + 1)
-                    self.crowded = len(due) > free
-                    for run_id in due[:free]:
+                    self.crowded = len(due) > free and \
+                        due[free][1] < time.time() - WAITING_AFTER_SECONDS
+                    for run_id, _ in due[:free]:
                         running[pool.submit(self._slot, run_id)] = run_id
+                    if self.crowded:
+                        self._shorten_slices()
                 done, _ = wait(running, timeout=CLAIM_POLL_SECONDS, return_when=FIRST_COMPLETED)
                 for future in done:
                     run_id = running.pop(future)
@@ -146,10 +154,10 @@ class RunSlots:
 
     def _slot(self, run_id: str) -> str:
         slice_seconds = self.slice if self.crowded else \
-            max(self.slice, self.deadline - time.monotonic())
+            max(self.slice, min(self.long_slice, self.deadline - time.monotonic()))
+        config = self.configs[run_id] = worker_config(slice_seconds)
         try:
-            outcome = execute_run(store(), run_id, worker_config(slice_seconds),
-                                  stop_event=STOP, leases=keeper)
+            outcome = execute_run(store(), run_id, config, stop_event=STOP, leases=keeper)
             if outcome == Outcome.YIELDED and not STOP.is_set():
                 # enqueued_at keeps the sweep from sending it a broker task unless it
                 # waits more than REQUEUE_STUCK_SECONDS for a slot.
@@ -159,23 +167,30 @@ class RunSlots:
                 _handed_off(run_id)
             return outcome
         finally:
+            self.configs.pop(run_id, None)
             connection.close()  # this thread's own (SQLite) or back to the pool
+
+    def _shorten_slices(self) -> None:
+        # Runs wait and no slot is free: the held runs take turns with them. The
+        # session reads its slice at each boundary, so this reaches running runs.
+        for config in list(self.configs.values()):
+            config.slice_seconds = min(config.slice_seconds, self.slice)
 
     def _pass_on(self) -> None:
         """The task ends with runs still due: a task for the oldest, so a process
         (this one, next) hosts runs again without waiting for the sweep."""
         due = _due_runs(exclude=[], limit=1)
         if due:
-            enqueue_run(due[0])
+            enqueue_run(due[0][0])
             release_connection()
 
 
-def _due_runs(exclude: list[str], limit: int) -> list[str]:
-    if limit <= 0:
-        return []
+def _due_runs(exclude: list[str], limit: int) -> list[tuple[str, float]]:
+    """(run id, when it last changed), oldest first."""
     try:
-        return list(due_runs_queryset(time.time()).exclude(pk__in=exclude)
-                    .order_by("updated_at").values_list("id", flat=True)[:limit])
+        rows = (due_runs_queryset(time.time()).exclude(pk__in=exclude)
+                .order_by("updated_at").values_list("id", "updated_at")[:limit])
+        return [(run_id, updated.timestamp()) for run_id, updated in rows]
     finally:
         release_connection()
 

@@ -152,7 +152,9 @@ class RunSession:
         return self._loop(agent, state, step_no)
 
     def _loop(self, agent: Agent, state: dict, step_no: int) -> str:
-        slice_ends = time.monotonic() + self.config.slice_seconds
+        # The slice is read again at every boundary: a worker holding many runs
+        # shortens it when other runs start waiting for a slot (runs/worker.py).
+        slice_started = time.monotonic()
         since_checkpoint, checkpoint_time = 0, time.monotonic()
         first = True
         while True:
@@ -163,7 +165,7 @@ class RunSession:
                 return Outcome.FENCED
             if self.control in (r.PAUSE, r.CANCEL) and not (first and self.settling):
                 return self._stop(self.control, dirty, step_no)
-            if not first and time.monotonic() >= slice_ends:
+            if not first and time.monotonic() >= slice_started + self.config.slice_seconds:
                 return self._stop("slice", dirty, step_no)
             first = False
             ctx = RunContext(self, step_no + 1)

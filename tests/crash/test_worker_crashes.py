@@ -170,7 +170,9 @@ def test_crash_loop_guard_stops_a_run_that_kills_its_worker(start_cluster):
 
 
 def test_twenty_runs_share_four_workers(start_cluster):
-    start_cluster(workers=4, AGENTOPS_TIME_SLICE=0.3)
+    # Eight slots for twenty runs: runs claimed while nobody waited give way as soon
+    # as runs wait, so every run progresses before the first ends.
+    start_cluster(workers=4, AGENTOPS_TIME_SLICE=0.3, AGENTOPS_RUNS_PER_WORKER=2)
     run_ids = [services.run_launch(user=None, agent="ticker", inputs={"steps": 20, "delay": 0.05}).id
                for _ in range(20)]
 

@@ -6,6 +6,7 @@
   the deploy wait for it (django-q2 itself waits for running tasks).
 """
 
+import gc
 import logging
 import os
 import signal
@@ -50,6 +51,10 @@ class Command(QClusterCommand):
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         # Let the sentinel fork before this process opens database connections.
         connection.close()
+        # The sentinel, monitor, pusher and workers are forked from here and share its
+        # pages until written; freezing moves Django's objects out of the collector's
+        # reach, so a collection in a child does not write (and copy) those pages.
+        gc.freeze()
         cluster.start()
         if options.get("run_once"):
             cluster.stop()

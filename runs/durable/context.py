@@ -45,6 +45,18 @@ class Stop(BaseException):
         self.why = why
 
 
+class StoreFailure(BaseException):
+    """The store failed (connection lost, database restarted) in the middle of a run.
+
+    Whether the write landed is unknown, so the session writes nothing more and
+    leaves the run as a crash would: its lease runs out and the sweep hands it
+    out again, to be resumed from what the store really holds. A BaseException
+    so that neither the agent's `except Exception` nor the session's handling of
+    the agent's own failures (which fails the run) can take it for a bug in the
+    agent.
+    """
+
+
 def idempotency_key(run_id: str, branch: int, step_no: int, seq: int) -> str:
     return f"{run_id}:{branch}:{step_no}:{seq}"
 

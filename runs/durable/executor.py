@@ -33,15 +33,23 @@ def execute_run(store, run_id: str, config: WorkerConfig, *,
     if leases is not None:
         leases.hold(session)
         try:
-            return session.execute()
+            return _execute(session)
         finally:
             leases.drop(session)
     renewer = LeaseRenewer(session, store)
     renewer.start()
     try:
-        return session.execute()
+        return _execute(session)
     finally:
         renewer.stop()
+
+
+def _execute(session: RunSession) -> str:
+    outcome = session.execute()
+    if outcome == Outcome.ABANDONED:
+        logger.warning("run %s: the store failed mid-run (%r); left to the recovery sweep "
+                       "once its lease runs out", session.run.id, session.store_error)
+    return outcome
 
 
 class LeaseRenewer(threading.Thread):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from . import records as r
 from . import serde
-from .context import RunContext, Stop, Suspend
+from .context import RunContext, Stop, StoreFailure, Suspend
 from .errors import (
     AgentNotFoundError,
     DurableError,
@@ -47,6 +47,7 @@ class Outcome:
     FAILED = "failed"
     NEEDS_ATTENTION = "needs_attention"
     FENCED = "fenced"
+    ABANDONED = "abandoned"    # the store failed mid-run: left as a crash leaves it
 
 
 class RunSession:
@@ -66,6 +67,7 @@ class RunSession:
         self.lease_expires_at = claim.run.lease_expires_at or 0.0
         self.suspended_for = 0.0
         self.halted: DurableError | None = None
+        self.store_error: BaseException | None = None  # why the run was ABANDONED
         # A cancel that finds its run's worker dead mid-step first settles that step:
         # the step is replayed and the one idempotent call that may have been in
         # flight is issued again under its key (the target dedups), so the effect
@@ -89,6 +91,9 @@ class RunSession:
             return self._stop(stop.why, dirty_state=None)
         except FencedError:
             return Outcome.FENCED
+        except StoreFailure as failure:
+            self.store_error = failure.__cause__
+            return Outcome.ABANDONED
 
     def _execute(self) -> str:
         run = self.run
@@ -391,6 +396,10 @@ class RunSession:
             except FencedError:
                 self.fenced = True  # even if the agent swallows the error, no more effects
                 raise
+            except DurableError:
+                raise
+            except Exception as exc:
+                raise StoreFailure() from exc
             self._buffer, self._events, self._progress = [], [], {}
             self.control = result.control
             return result
@@ -418,7 +427,12 @@ class RunSession:
         A process that was frozen (SIGSTOP) past its lease finds out here, not
         after it has called the tool."""
         if time.time() + 0.5 >= self.lease_expires_at:
-            self.renew()
+            try:
+                self.renew()
+            except DurableError:
+                raise
+            except Exception as exc:  # not a tool's failure: no tool call without a lease
+                raise StoreFailure() from exc
 
     def renew(self) -> None:
         faults.hit("lease_renewal", self.run.agent)

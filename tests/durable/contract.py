@@ -443,6 +443,22 @@ class StoreContract:
         assert [e.key for e in store.history(run.id).effects if e.kind == r.CALL] == \
             WORLD.target.keys()
 
+    def test_a_store_failing_mid_run_leaves_the_run_as_a_crash_would(self, store, clock):
+        # A database restart mid-commit: not the agent's failure, so not a failed run.
+        run = self.launch(store, "keys", {"n": 3})
+        flaky = _FailingCommits(store, lambda c: any(
+            (e.step_no, e.seq) == (2, 0) for e in c.effects))
+        assert self.execute(flaky, run.id) == Outcome.ABANDONED
+        left = store.load(run.id).run
+        assert (left.status, left.error) == (r.RUNNING, None)
+        assert left.lease_owner is not None  # nothing more was written, not even a release
+        clock.advance(LEASE + 1)
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == {"ids": [1, 2, 3, 4]}
+        key = idempotency_key(run.id, 1, 2, 0)
+        assert WORLD.target.keys().count(key) == 2  # re-sent under its key...
+        assert len(WORLD.target.work) == 4  # ...and done once
+
     def _in_doubt(self, store, clock):
         run = self.launch(store, "in_doubt")
         crash_at("after_effect_before_log")
@@ -1211,3 +1227,20 @@ class StoreContract:
         control.rollback(store, run.id, checkpoint=third.number, actor="op", reason="redo")
         assert self.execute(store, run.id) == Outcome.SUCCEEDED
         assert store.load(run.id).run.output == uninterrupted
+
+
+class _FailingCommits:
+    """The store, except that the first commit matching `when` raises as a lost
+    connection does."""
+
+    def __init__(self, store, when):
+        self._store, self._when, self._failed = store, when, False
+
+    def commit(self, run_id, epoch, commit):
+        if not self._failed and self._when(commit):
+            self._failed = True
+            raise ConnectionError("server closed the connection unexpectedly")
+        return self._store.commit(run_id, epoch, commit)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)

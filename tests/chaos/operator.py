@@ -4,11 +4,20 @@ resolves in-doubt effects, and users who answer the questions their runs ask.
 The operator resolves an in-doubt call the way the design asks of a person: look
 downstream first. It arrived: "done"; it did not: "retry". The harness is the only
 operator, so its log of decisions is what the audit holds repeated calls against.
+
+Looking downstream proves nothing while the process that started the call may still
+send it: a worker frozen (SIGSTOP) between its lease check and its request sends it
+when it wakes, after another worker took the run over and an operator retried (the
+full run with seed 4242 caught the harness doing just that). So, as a careful person
+would, the operator waits until that process is gone or has been awake for a while
+before it looks.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 import time
 from dataclasses import dataclass, field
 
@@ -59,6 +68,7 @@ class Operator:
     decisions: list[Decision] = field(default_factory=list)
     attention_seen: dict[str, int] = field(default_factory=dict)
     unresolvable: list[str] = field(default_factory=list)
+    frozen_at: dict[int, float] = field(default_factory=dict)  # pid -> last seen stopped
 
     @property
     def rng(self):
@@ -127,7 +137,34 @@ class Operator:
             self.unresolvable.append(f"run {plan.run_id} ({plan.config}) needs attention: "
                                      f"{kind}: {attention.get('message', '')}")
 
+    def _caller_settled(self, worker: str, awake_for: float = 2.0) -> bool:
+        """Can the process that started the call (owner "host:pid:nonce") no longer
+        send it? True when it is on another host, gone, or awake for `awake_for` s."""
+        host, _, rest = worker.partition(":")
+        pid = int(rest.partition(":")[0]) if rest.partition(":")[0].isdigit() else 0
+        if not pid or host != socket.gethostname():
+            return True
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                state = stat.read().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            return True  # gone
+        now = time.time()
+        for fault in self.harness.faults:  # a thaw the operator did not see happen
+            frozen = re.match(rf"pid {pid}, ([0-9.]+) s", fault.detail)
+            if fault.kind == "worker_sigstop" and frozen:
+                thawed = fault.at + float(frozen.group(1))
+                self.frozen_at[pid] = max(self.frozen_at.get(pid, 0.0), min(now, thawed))
+        if state in ("T", "t"):
+            self.frozen_at[pid] = now
+            return False
+        if state == "Z" or not os.path.exists(f"/proc/{pid}"):
+            return True
+        return now - self.frozen_at.get(pid, 0.0) >= awake_for
+
     def _resolve(self, plan: Plan, attention: dict, since: float) -> None:
+        if not self._caller_settled(attention.get("worker", "")):
+            return  # look again on a later tick
         unit = unit_of(plan.run_id, attention.get("args_preview", ""))
         earlier = db_call(lambda: Effect.objects.filter(
             run_id=plan.run_id, status="done", idempotent=False,

@@ -150,7 +150,7 @@ class Operator:
         except (OSError, IndexError):
             return True  # gone
         now = time.time()
-        for fault in self.harness.faults:  # a thaw the operator did not see happen
+        for fault in self.harness.result.faults:  # a thaw the operator did not see happen
             frozen = re.match(rf"pid {pid}, ([0-9.]+) s", fault.detail)
             if fault.kind == "worker_sigstop" and frozen:
                 thawed = fault.at + float(frozen.group(1))

@@ -97,15 +97,22 @@ CHECKPOINT_SELECT = "number, branch, step_no, blob, codec, reason, parent_number
 CLAIM_EFFECTS = 500
 # Claim and load in one round trip: the conditional UPDATE that takes the run (its SET
 # expressions read the old row: an unreleased lease means its owner died), the latest
-# checkpoint of the run's branch, and the live effects after it, oldest first. The
-# reads name the run by the parameter, not by the UPDATE's result: joined to that,
+# checkpoint of the run's branch, and the live effects after it, oldest first.
+# All of it reads one snapshot, taken when the statement began: if the UPDATE had to
+# wait for another writer's lock (a zombie worker committing an intent as its lease
+# ran out), PostgreSQL re-checks the WHERE on the row that writer left, but the reads
+# of the checkpoint and effects would still miss what it wrote, and the new owner
+# would call a non-idempotent tool again. The xmin guard turns that into no claim at
+# all: the row's version must be the one the snapshot saw (the sweep claims again,
+# and by then the zombie is fenced). The reads name the run by the parameter, not by the UPDATE's result: joined to that,
 # the planner expected many rows from it and hashed the whole checkpoint table (0.2-0.6
 # s on half a million checkpoints, measured) instead of using the index.
 CLAIM_LOAD_SQL = f"""
 WITH claimed AS (
     UPDATE runs_run SET epoch = epoch + 1, lease_owner = %s, lease_expires_at = %s,
            claimed_after_crash = (lease_owner IS NOT NULL), enqueued_at = NULL, updated_at = %s
-    WHERE id = %s AND (status IN ('{r.QUEUED}', '{r.RUNNING}')
+    WHERE id = %s AND xmin = (SELECT xmin FROM runs_run WHERE id = %s)
+      AND (status IN ('{r.QUEUED}', '{r.RUNNING}')
                        OR (status = '{r.WAITING}' AND wake_at <= %s))
       AND (lease_owner IS NULL OR lease_expires_at <= %s)
     RETURNING *),
@@ -127,7 +134,7 @@ def claim_and_load(run_id: str, owner: str, lease_expires_at: datetime, now: dat
     """(run, crashed, checkpoint or None, live effects or None) of a claim, or None when
     the run is not claimable. The effects are None when there are more than
     CLAIM_EFFECTS. The checkpoint's blob is its own: a patch needs its bases."""
-    row = execute_prepared(CLAIM_LOAD_SQL, [owner, lease_expires_at, now, run_id, now, now,
+    row = execute_prepared(CLAIM_LOAD_SQL, [owner, lease_expires_at, now, run_id, run_id, now, now,
                                             run_id, run_id, CLAIM_EFFECTS + 1])
     if row is None:
         return None

@@ -182,3 +182,63 @@ def test_a_claim_leaves_a_long_tail_of_effects_to_load(claimed, monkeypatch):
     claim = store.claim(run_id, "w2", 30, time.time())
     assert claim.loaded is None and claim.run.epoch == epoch + 1
     assert [e.result for e in store.load(run_id).effects] == [0, 1, 2]
+
+
+def test_a_claim_that_waited_on_a_zombies_commit_never_misses_its_writes(claimed):
+    """A worker frozen past its lease wakes and commits an intent just as another worker
+    claims the run. The claim's UPDATE waits for the zombie's row lock; on PostgreSQL its
+    reads of the effects would use the snapshot taken before the zombie committed, and
+    the new owner would call the tool again. The claim must see the intent or not
+    happen at all (the sweep claims again; the zombie is fenced off by then)."""
+    import threading
+
+    from django.db import transaction
+
+    store, run_id, epoch = claimed
+    store.commit(run_id, epoch, r.Commit(run={"lease_expires_at": time.time() - 1}))
+    intent = r.EffectRecord(branch=1, step_no=1, seq=0, kind=r.CALL, tool="charge", digest="d",
+                            key="k-zombie", idempotent=False, status=r.INTENT)
+    holding, release, result = threading.Event(), threading.Event(), {}
+
+    def zombie():
+        try:
+            with transaction.atomic():
+                OrmStore().commit(run_id, epoch, r.Commit(effects=[intent]))
+                holding.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    def claimer():
+        try:
+            result["claim"] = OrmStore().claim(run_id, "w2", 30, time.time())
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=zombie), threading.Thread(target=claimer)]
+    threads[0].start()
+    assert holding.wait(10)
+    threads[1].start()
+    if ON_POSTGRESQL:  # the claim is queued behind the zombie's lock
+        deadline = time.monotonic() + 10
+        with connection.cursor() as cursor:
+            while time.monotonic() < deadline:
+                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+                               "'Lock' AND query LIKE '%%UPDATE runs_run SET epoch%%'")
+                if cursor.fetchone()[0]:
+                    break
+                time.sleep(0.01)
+            else:
+                pytest.fail("the claim never waited for the zombie's lock")
+    else:
+        time.sleep(0.3)
+    release.set()
+    for thread in threads:
+        thread.join(20)
+    claim = result["claim"]
+    if claim is None:  # refused: the sweep claims again, and then sees the intent
+        claim = store.claim(run_id, "w2", 30, time.time())
+    loaded = claim.loaded or store.load(run_id)
+    assert [(e.key, e.status) for e in loaded.effects] == [("k-zombie", r.INTENT)]
+    with pytest.raises(FencedError):  # the zombie's next write is refused
+        store.commit(run_id, epoch, r.Commit(effects=[intent]))

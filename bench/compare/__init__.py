@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.pop("REDIS_URL", None)  # no channel layer: the bench measures the engine
     url = setup_django(args.url or runner.URL, fresh=True)
     started = time.time()
-    from bench.compare import agents, dbos_peer, report, resume, scenarios
+    from bench.compare import agents, report, resume, scenarios
     from bench.compare.langgraph_peer import LangGraphPeer
 
     assert agents.Effects  # imported for its @agent registrations
@@ -52,7 +52,6 @@ def main(argv: list[str] | None = None) -> int:
     b = runner.Bench(url=url, sizes=runner.Sizes.for_mode(args.quick))
     b.log(f"database {url}; {'quick' if args.quick else 'full'} run, "
           f"{b.sizes.reps} alternating repetitions; scenarios {', '.join(only)}")
-    dbos_peer.launch(url)
     lg = LangGraphPeer(url)
     b.on_recover.append(lg.reopen)
     errors = {}
@@ -72,7 +71,6 @@ def main(argv: list[str] | None = None) -> int:
             load.append(os.getloadavg()[0])
     finally:
         lg.close()
-        dbos_peer.destroy()
     if not b.floor.values:  # scenario 1 did not run: measure the floor on its own
         from bench.setup_db import raw_insert_floor
 

@@ -49,10 +49,13 @@ def resume(b: Bench) -> None:
 
 
 def _one(crashed: dict, peers: dict):
+    from bench.compare import dbos_peer
+
     values, parts = {}, []
     for size, run in crashed.items():
         if size in peers:
-            entered, total = peers[size].resume()
+            with dbos_peer.running(peers[size].url):
+                entered, total = peers[size].resume()
             peers[size].reset()
             values.update({f"dbos {size}": entered * 1e3, f"dbos total {size}": total * 1e3})
             parts.append(f"DBOS at {size:,} {entered * 1e3:.0f} ms "

@@ -28,7 +28,8 @@ def durable_steps(b: Bench) -> None:
     def rep(_):
         floor = raw_insert_floor(b.url, b.sizes.floor_rows)
         one = ours.run_in_process("bench-effects", {"n": n})[1] / n
-        dbos = dbos_peer.run_steps(n) / n
+        with dbos_peer.running(b.url):
+            dbos = dbos_peer.run_steps(n) / n
         many = ours.run_in_process("bench-steps", {"n": n})[1] / n
         return ({"floor": floor, "one": one, "dbos": dbos, "many": many},
                 f"floor {floor * 1e3:.3f} ms; agentops {one * 1e3:.3f} ms/effect (one step), "
@@ -59,7 +60,6 @@ def many_small_runs(b: Bench) -> None:
     from bench.compare.cluster import QCluster
 
     runs, steps = b.sizes.runs, b.sizes.run_effects
-    q = dbos_peer.queue()
     cluster = QCluster(b.url)
     b.extra["qcluster_workers"] = cluster.workers
 
@@ -68,8 +68,10 @@ def many_small_runs(b: Bench) -> None:
         ids = ours.launch_many("bench-effects", {"n": steps}, runs)
         launched = time.time() - since
         ours_rate = runs / ours.finished_span(ids, since, timeout=600)
-        since = time.time()
-        dbos_rate = runs / _dbos_span(b.url, dbos_peer.run_many(q, runs, steps), since)
+        with dbos_peer.running(b.url):
+            since = time.time()
+            ids = dbos_peer.run_many(dbos_peer.queue(), runs, steps)
+        dbos_rate = runs / _dbos_span(b.url, ids, since)
         return ({"ours": ours_rate, "dbos": dbos_rate, "launch": runs / launched},
                 f"agentops {ours_rate:.1f} runs/s (launching alone: {runs / launched:.0f}/s), "
                 f"DBOS {dbos_rate:.1f} workflows/s")
@@ -246,7 +248,8 @@ def _dbos_window(b: Bench, runs: int, window: float):
     from bench.compare import dbos_peer
 
     t0 = time.time()
-    dbos_peer.enqueue_llm(runs, 1000, 1.0)
+    with dbos_peer.running(b.url):
+        dbos_peer.enqueue_llm(runs, 1000, 1.0)
     b.extra.setdefault("s6_dbos_enqueue_seconds", []).append(round(time.time() - t0, 2))
     child = subprocess.Popen([sys.executable, "-m", "bench.compare.dbos_peer", "llm", b.url],
                              stdout=subprocess.PIPE, start_new_session=True)

@@ -52,7 +52,18 @@ def _recovery(fault, d) -> dict:
         row["how"] = f"operator {touched[0].action} in between"
         return row
     row["latency"], row["how"] = recovered - at, how
+    row["agent"] = d.run.agent
+    # what the run went through meanwhile, so that a slow one explains itself
+    row["between"] = [f"+{e.created_at.timestamp() - at:.2f} s {_describe(e.data)}"
+                      for e in d.events if e.kind == "status"
+                      and at < e.created_at.timestamp() <= recovered]
     return row
+
+
+def _describe(data: dict) -> str:
+    extra = ", ".join(f"{k} {data[k]}" for k in ("kind", "reason", "after", "epoch", "worker")
+                      if data.get(k) not in (None, ""))
+    return f"{data.get('status', '?')}" + (f" ({extra})" if extra else "")
 
 
 def percentile(values: list[float], p: float) -> float | None:

@@ -63,6 +63,13 @@ def render(result) -> str:
               "| kind | recoveries | p50 | p95 | max |", "| --- | ---: | ---: | ---: | ---: |"]
     for kind, s in figures.get("recovery", {}).items():
         lines.append(f"| {kind} | {s['n']} | {_s(s['p50'])} | {_s(s['p95'])} | {_s(s['max'])} |")
+    slowest = sorted((r for r in result.recoveries if r["latency"] is not None),
+                     key=lambda r: -r["latency"])[:3]
+    if slowest:
+        lines += ["", "Slowest: " + "; ".join(
+            f"{r['kind']} -> {r['run']} ({r['agent']}) {_s(r['latency'])} by its {r['how']}"
+            + (f", after: {', '.join(r['between'])}" if r["between"] else "")
+            for r in slowest)]
     skipped = Counter(r["how"] for r in result.recoveries if r["latency"] is None)
     if skipped:
         lines += ["", "Not measured: " + ", ".join(f"{how} {n}" for how, n in skipped.items())]

@@ -105,9 +105,9 @@ def write_png(path: Path, rows: list[Row], meta: dict) -> None:
     ax.set_xlabel("times better than the baseline (log scale; > 1: agentops is better; "
                   "black tick: the target)")
     machine = meta.get("machine", {})
+    postgres = machine.get("postgres", "").split(" (")[0]  # without the distribution's build
     ax.set_title(f"agentops vs DBOS / LangGraph, same PostgreSQL, same run - "
-                 f"{machine.get('nproc', '?')} cores {machine.get('cpu', '')}, "
-                 f"{machine.get('postgres', '')}\n"
+                 f"{machine.get('nproc', '?')} cores {machine.get('cpu', '')}, {postgres}\n"
                  "green: target met, red: not met, grey: reported only; medians of "
                  f"{meta.get('repetitions', '?')} alternating repetitions", fontsize=9)
     fig.tight_layout()

@@ -117,7 +117,9 @@ def test_sigterm_hands_off_without_waiting_for_the_lease(target, server, start_c
     first = start_cluster(workers=1, name="old", **env)
     [run_id] = launch_steps(1, steps=40, delay=0.1)
     wait_until(lambda: holder_pid(run_id) in first.worker_pids(), 30, message="old cluster owns it")
-    second = start_cluster(workers=1, name="new", **env)
+    # The new cluster sweeps as it starts, then not for a minute: the handed-back run
+    # must reach it by a task of its own, not by the sweep.
+    second = start_cluster(workers=1, name="new", AGENTOPS_SWEEP_INTERVAL=60, **env)
     (first.signal if target == "main" else first.signal_group)(signal.SIGTERM)
     wait_until(lambda: holder_pid(run_id) in second.worker_pids(), 15,
                message="the new cluster to take the run")

@@ -41,8 +41,16 @@ class Command(QClusterCommand):
                 signal.signal(signum, signal.SIG_DFL)
                 os.kill(os.getpid(), signum)
                 return
+            if stopping["flag"]:
+                return
             stopping["flag"] = True
             _signal_workers(cluster)
+            # Stop pulling tasks now: a run handed back in the next few milliseconds
+            # must go to a live cluster, not to this one's draining workers. From a
+            # thread: when the whole group was signalled the sentinel died at once,
+            # possibly inside stop_event.wait(), and then set() blocks forever (a
+            # multiprocessing Condition waits for its dead sleeper to acknowledge).
+            threading.Thread(target=cluster.stop_event.set, daemon=True).start()
 
         signal.signal(signal.SIGTERM, on_stop_signal)
         signal.signal(signal.SIGINT, on_stop_signal)
@@ -69,19 +77,11 @@ class Command(QClusterCommand):
                 logger.exception("recovery sweep failed")
                 connection.close()
             time.sleep(interval)
-        # Not cluster.stop(). When the whole group was signalled the sentinel died at
-        # once, possibly inside stop_event.wait(): then stop_event.set() blocks forever
-        # (a multiprocessing Condition waits for its dead sleeper to acknowledge), and
-        # cluster.stop() would also join without a limit. So: give a group signal a
-        # moment to show, tell a live sentinel to stop from a thread that may block,
-        # and wait with a limit. Running runs hand themselves back at their next
-        # effect boundary; whatever is alive after the grace period is killed (its
-        # runs are durable: leases and the sweep's dead-process check bring them back).
-        group_deadline = time.monotonic() + 0.5
-        while cluster.sentinel.is_alive() and time.monotonic() < group_deadline:
-            time.sleep(0.05)
-        if cluster.sentinel.is_alive():
-            threading.Thread(target=cluster.stop_event.set, daemon=True).start()
+        # Not cluster.stop(), which joins without a limit (and blocks in the case
+        # above): the signal handler told the sentinel to stop; wait for it with a
+        # limit. Running runs hand themselves back at their next effect boundary;
+        # whatever is alive after the grace period is killed (its runs are durable:
+        # leases and the sweep's dead-process check bring them back).
         deadline = time.monotonic() + settings.AGENTOPS["SHUTDOWN_GRACE_SECONDS"]
         while cluster.sentinel.is_alive() and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -104,9 +104,10 @@ CLAIM_EFFECTS = 500
 # of the checkpoint and effects would still miss what it wrote, and the new owner
 # would call a non-idempotent tool again. The xmin guard turns that into no claim at
 # all: the row's version must be the one the snapshot saw (the sweep claims again,
-# and by then the zombie is fenced). The reads name the run by the parameter, not by the UPDATE's result: joined to that,
-# the planner expected many rows from it and hashed the whole checkpoint table (0.2-0.6
-# s on half a million checkpoints, measured) instead of using the index.
+# and by then the zombie is fenced). The reads name the run by the parameter, not by
+# the UPDATE's result: joined to that, the planner expected many rows from it and
+# hashed the whole checkpoint table (0.2-0.6 s on half a million checkpoints,
+# measured) instead of using the index.
 CLAIM_LOAD_SQL = f"""
 WITH claimed AS (
     UPDATE runs_run SET epoch = epoch + 1, lease_owner = %s, lease_expires_at = %s,
@@ -134,8 +135,8 @@ def claim_and_load(run_id: str, owner: str, lease_expires_at: datetime, now: dat
     """(run, crashed, checkpoint or None, live effects or None) of a claim, or None when
     the run is not claimable. The effects are None when there are more than
     CLAIM_EFFECTS. The checkpoint's blob is its own: a patch needs its bases."""
-    row = execute_prepared(CLAIM_LOAD_SQL, [owner, lease_expires_at, now, run_id, run_id, now, now,
-                                            run_id, run_id, CLAIM_EFFECTS + 1])
+    row = execute_prepared(CLAIM_LOAD_SQL, [owner, lease_expires_at, now, run_id, run_id, now,
+                                            now, run_id, run_id, CLAIM_EFFECTS + 1])
     if row is None:
         return None
     run, crashed = _run_from(row[:26])

@@ -99,17 +99,15 @@ def _handed_off(run_id: str) -> None:
 
 
 def _pass_to_live_cluster(run_id: str) -> None:
-    """A task for the run at once, for a live cluster's worker to take at its next
-    poll of the broker; enqueued_at stays cleared, so a live cluster's sweep sends
-    another should this one reach a draining worker (which passes it on again) or be
-    lost with its cluster. Two tasks are harmless: the claim decides. Leaving the run
-    to the sweep alone took up to 1.3 s after a SIGTERM (bench/recovery.py)."""
+    """If the run is due, a task for it at once, for a live cluster's worker to take
+    at its next poll of the broker. enqueued_at is cleared, so a live cluster's sweep
+    sends another should this one reach a draining worker (which passes it on again)
+    or be lost with its cluster; two tasks are harmless, the claim decides. Leaving
+    the run to the sweep alone took up to 1.3 s after a SIGTERM (bench/recovery.py)."""
     from django_q.tasks import async_task
 
-    try:
+    if due_runs_queryset(time.time()).filter(pk=run_id).update(enqueued_at=None):
         async_task(TASK, run_id, task_name=f"run-{run_id}", group="runs")
-    finally:
-        Run.objects.filter(pk=run_id, lease_owner__isnull=True).update(enqueued_at=None)
 
 
 class RunSlots:

@@ -104,10 +104,8 @@ def _pass_to_live_cluster(run_id: str) -> None:
     sends another should this one reach a draining worker (which passes it on again)
     or be lost with its cluster; two tasks are harmless, the claim decides. Leaving
     the run to the sweep alone took up to 1.3 s after a SIGTERM (bench/recovery.py)."""
-    from django_q.tasks import async_task
-
     if due_runs_queryset(time.time()).filter(pk=run_id).update(enqueued_at=None):
-        async_task(TASK, run_id, task_name=f"run-{run_id}", group="runs")
+        _send_task(run_id)
 
 
 class RunSlots:
@@ -212,12 +210,16 @@ def _due_runs(exclude: list[str], limit: int) -> list[tuple[str, float]]:
 def enqueue_run(run_id: str) -> None:
     """Queue a task for the run once the current transaction commits."""
     def send():
-        from django_q.tasks import async_task
-
         Run.objects.filter(pk=run_id).update(enqueued_at=timezone.now())
-        async_task(TASK, run_id, task_name=f"run-{run_id}", group="runs")
+        _send_task(run_id)
 
     transaction.on_commit(send)
+
+
+def _send_task(run_id: str) -> None:
+    from django_q.tasks import async_task
+
+    async_task(TASK, run_id, task_name=f"run-{run_id}", group="runs")
 
 
 def configure_worker_process() -> None:

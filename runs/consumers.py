@@ -3,7 +3,9 @@ layer only says "run X has something after seq N".
 
 Run page, ws/runs/<id>/ (the owner, or an operator)::
 
-    client → {"type": "hello", "after": N}     send me every event after N, then live ones
+    client → {"type": "hello", "after": N, "stalled": K}   send me every event after N, then
+                                                  live ones; K: the kind of stall the page
+                                                  shows (null or absent: none)
              {"type": "resume", "after": N}    same; the client saw a gap and asks again
              {"type": "ping"}                  answered with {"type": "pong"}
     server → {"type": "welcome", "run": id, "after": N, "head": H}   (H: the last seq this
@@ -18,7 +20,8 @@ Events are sent in seq order, each exactly once per hello: a consumer keeps a cu
 
 Run list, ws/runs/::
 
-    client → {"type": "watch", "runs": {id: seq, ...}, "newest": id}
+    client → {"type": "watch", "runs": {id: seq, ...}, "newest": id,
+              "stalled": {id: kind, ...}}       (optional: the rows shown as stalled)
     server → {"type": "watching", "runs": [id, ...]}    the ones it follows (the user's own)
              {"type": "runs", "runs": [summary, ...]}   rows that moved past the seq given
              {"type": "new_runs", "newest": id}         the user launched a run elsewhere
@@ -139,7 +142,7 @@ class Feed:
 
     def set_stall(self, stall: dict | None) -> None:
         """A poll read the run's stall: wake the sockets if it started, ended or changed
-        its cause (not for the text alone, whose durations grow every second)."""
+        its kind (not for the text, whose durations grow every second)."""
         if _stall_key(stall) == _stall_key(self.stall):
             return
         self.stall = stall
@@ -160,10 +163,19 @@ class Feed:
 UNKNOWN = object()  # a feed's stall before its first poll
 
 
-def _stall_key(stall) -> tuple | None:
+def _stall_key(stall) -> str | None:
     if stall is UNKNOWN:
-        return ("unknown",)
-    return (stall["kind"], stall["since"]) if stall else None
+        return "unknown"
+    return stall["kind"] if stall else None
+
+
+def _shown_stall(value, field: str) -> dict | None:
+    """The stall a page says it shows, as the hub's feeds hold one (only the kind counts)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > 40:
+        raise ProtocolError("bad_field", f'"{field}" must be the kind of stall shown, or null')
+    return {"kind": value}
 
 
 class LiveHub:
@@ -459,11 +471,12 @@ class RunConsumer(LiveConsumer):
         return {"hello": self.hello, "resume": self.hello, "ping": self.ping}
 
     async def hello(self, message):
+        shown = _shown_stall(message.get("stalled"), "stalled")
         self.cursor = _after(message)
         self.generation += 1
         self.from_db = True        # catch up from the database itself, never only the cache
         self.welcome_due = True
-        self.stall_sent = UNKNOWN  # a (re)connected page learns the stall again
+        self.stall_sent = shown
         self.wake.set()
 
     async def pump(self):
@@ -530,10 +543,15 @@ class RunListConsumer(LiveConsumer):
                                              "the event seq shown")
         if newest is not None and not isinstance(newest, str):
             raise ProtocolError("bad_field", '"newest" must be a run id or null')
+        shown = message.get("stalled") or {}
+        if not isinstance(shown, dict):
+            raise ProtocolError("bad_field", '"stalled" must map run ids to the kind of stall shown')
+        shown = {run_id: _shown_stall(kind, "stalled") for run_id, kind in shown.items()}
         owned = await database_sync_to_async(self._owned)(list(runs))
         for run_id in set(self.known) - owned:
             hub().unsubscribe(run_id, self)
         self.known = {run_id: runs[run_id] for run_id in owned}
+        self.stalls_sent = {run_id: shown.get(run_id) for run_id in owned}
         for run_id in owned:
             hub().subscribe(run_id, self)
         self.newest = newest
@@ -547,7 +565,7 @@ class RunListConsumer(LiveConsumer):
         for run_id in self.known:
             stall = feeds[run_id].stall if run_id in feeds else UNKNOWN
             if stall is not UNKNOWN and \
-                    _stall_key(stall) != _stall_key(self.stalls_sent.get(run_id, UNKNOWN)):
+                    _stall_key(stall) != _stall_key(self.stalls_sent.get(run_id)):
                 changed[run_id] = self.stalls_sent[run_id] = stall
         if changed:
             await self.send_json({"type": "stalls", "runs": changed})

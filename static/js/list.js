@@ -16,11 +16,14 @@
   function watch() {
     if (!live) return;
     const runs = {};
+    const stalled = {};
     container.querySelectorAll("tr[data-run-id]").forEach((row) => {
       runs[row.dataset.runId] = parseInt(row.dataset.seq, 10) || 0;
+      if (row.dataset.stalled) stalled[row.dataset.runId] = row.dataset.stalled;
     });
     const list = container.querySelector(".run-list");
-    live.send({type: "watch", runs: runs, newest: (list && list.dataset.newest) || null});
+    live.send({type: "watch", runs: runs, stalled: stalled,
+               newest: (list && list.dataset.newest) || null});
   }
 
   function update(summary) {

@@ -252,7 +252,7 @@
     for (const ev of events) {
       if (ev.seq <= lastSeq) continue;                 // a duplicate: already shown
       if (ev.seq !== lastSeq + 1) {                   // a gap: ask again from what we have
-        live.send({type: "resume", after: lastSeq});
+        live.send({type: "resume", after: lastSeq, stalled: stall ? stall.kind : null});
         break;
       }
       lines.push(line(ev));
@@ -317,7 +317,7 @@
   const since = $("run-stall-since");
   if (stall && since.dateTime) since.textContent = clock(since.dateTime);
   live = new window.LiveSocket(page.dataset.wsPath, {
-    onOpen(socket) { socket.send({type: "hello", after: lastSeq}); },
+    onOpen(socket) { socket.send({type: "hello", after: lastSeq, stalled: stall ? stall.kind : null}); },
     onMessage(message, socket) {
       if (message.type === "events") onEvents(message.events, socket);
       else if (message.type === "stall") setStall(message.stall);

@@ -171,7 +171,7 @@ class Command(BaseCommand):
             self.stdout.write(f"  STALLED since {run.stall.since.isoformat(timespec='seconds')}: "
                               f"{run.stall.why}")
         if full:
-            if run.lease_owner:
+            if run.lease_owner and run.lease_expires_at:
                 self.stdout.write(f"  lease: {run.lease_owner} until "
                                   f"{run.lease_expires_at.isoformat(timespec='seconds')}")
             for name in ("inputs", "output", "error", "attention"):
@@ -234,7 +234,7 @@ def _run_dict(run, full=False):
             "progress": [run.progress_done, run.progress_total],
             "owner": run.owner.get_username() if run.owner else None,
             "created_at": run.created_at.isoformat(),
-            "stall": run.stall.as_dict() if getattr(run, "stall", None) else None}
+            "stall": run.stall.as_dict() if run.stall else None}
     if full:
         data.update(inputs=run.inputs, output=run.output, error=run.error,
                     attention=run.attention, epoch=run.epoch)

@@ -6,7 +6,7 @@ that waits on a timer or for input, is paused, needs attention or has ended neve
 does. A queued or running run is stalled when (docs/stalls.md):
 
 - its lease ran out more than one lease period ago and no worker took it over
-  (the holder died, froze, or lost the database): "lease holder host:pid gone since";
+  (the holder died, froze, or lost the database): "lease holder host:pid gone";
 - it is running, its lease is renewed, but it has written nothing (no event, no
   checkpoint) for longer than its agent's `expected_cadence`: "no progress for";
 - it is queued and no worker claimed it for STALL_UNCLAIMED_SECONDS: "queued 80 s".
@@ -76,8 +76,8 @@ def stall_of(run, now: datetime | None = None, within: Limits | None = None) -> 
     now, within = now or timezone.now(), within or limits()
     owner, expires, moved = row["lease_owner"], row["lease_expires_at"], row["updated_at"]
     if owner and expires is not None and expires < now - within.lease_grace:
-        return Stall(LEASE_LOST, expires, f"lease holder {holder(owner)} gone since "
-                     f"{clock(expires)}: its lease ran out and no worker took the run over")
+        return Stall(LEASE_LOST, expires, f"lease holder {holder(owner)} gone: its lease ran "
+                                          "out and no worker took the run over")
     if owner:
         cadence = within.cadence(row["agent"])
         if row["status"] == r.RUNNING and moved < now - cadence:
@@ -127,10 +127,6 @@ def mark_stalls(runs, now: datetime | None = None) -> list:
 def holder(owner: str) -> str:
     """host:pid of a lease owner host:pid:token."""
     return ":".join(owner.split(":")[:2])
-
-
-def clock(when: datetime) -> str:
-    return timezone.localtime(when).strftime("%H:%M:%S")
 
 
 def span(delta: timedelta) -> str:

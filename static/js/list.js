@@ -11,6 +11,12 @@
                   cancelled: "cancelled"};
   let live = null;
 
+  function clock(iso) {
+    const d = new Date(iso);
+    return isNaN(d) ? "" : [d.getHours(), d.getMinutes(), d.getSeconds()]
+      .map((n) => String(n).padStart(2, "0")).join(":");
+  }
+
   function fmt(n) { return Number.isInteger(n) ? String(n) : String(Math.round(n * 100) / 100); }
 
   function watch() {
@@ -55,7 +61,7 @@
     drawState(row);
     const caption = row.querySelector('[data-role="stall"]');
     caption.hidden = !stall;
-    caption.textContent = stall ? "stalled: " + stall.why : "";
+    caption.textContent = stall ? "stalled since " + clock(stall.since) + ": " + stall.why : "";
   }
 
   function drawState(row) {

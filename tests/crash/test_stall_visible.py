@@ -45,11 +45,18 @@ def page_state(server, cookie: str, run_id: str) -> str:
     return "stalled" if stalled else "moving" if striped else "still"
 
 
-async def next_stall(socket: WebSocket) -> dict | None:
-    while True:
-        message = json.loads(await socket.receive())
-        if message["type"] == "stall":
-            return message["stall"]
+async def next_stall(socket: WebSocket, run_id: str, timeout: float = 30) -> dict | None:
+    async def read():
+        while True:
+            message = json.loads(await socket.receive())
+            if message["type"] == "stall":
+                return message["stall"]
+
+    try:
+        return await asyncio.wait_for(read(), timeout)
+    except TimeoutError:
+        raise AssertionError(f"no stall message in {timeout} s; the run: {runs_show(run_id)}") \
+            from None
 
 
 @pytest.fixture
@@ -82,26 +89,29 @@ def test_a_frozen_workers_run_shows_as_stalled_until_it_thaws(web, start_cluster
         try:
             cluster.signal_group(signal.SIGSTOP)
             try:
-                stall = await asyncio.wait_for(next_stall(socket), 30)
+                stall = await next_stall(socket, run_id)
                 # frozen: the page, the socket and the command all say so, and why
                 assert stall["kind"] == "lease_lost", stall
                 assert page_state(web, cookie, run_id) == "stalled"
                 shown = runs_show(run_id)
                 assert shown["status"] == "running" and shown["stall"]["kind"] == "lease_lost"
-                assert shown["stall"]["why"].startswith(f"lease holder {holder} gone since")
+                assert shown["stall"]["why"].startswith(f"lease holder {holder} gone:")
                 frozen_at = shown["step_no"]
             finally:
                 cluster.signal_group(signal.SIGCONT)
             # thawed: the worker renews its lease (nobody took the run) and carries on
-            assert await asyncio.wait_for(next_stall(socket), 30) is None
+            assert await next_stall(socket, run_id) is None
             return frozen_at
         finally:
             socket.close()
 
     frozen_at = asyncio.run(follow())
     # (the freeze used up the run's time slice: it may be handed back and claimed again)
-    wait_until(lambda: page_state(web, cookie, run_id) == "moving", 30, interval=0.1,
-               message="the run page to show the run moving again")
+    try:
+        wait_until(lambda: page_state(web, cookie, run_id) == "moving", 30, interval=0.1,
+                   message="the run page to show the run moving again")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the run: {runs_show(run_id)}") from None
     assert runs_show(run_id)["stall"] is None
     run = wait_final([run_id])[run_id]
     assert run.status == "succeeded" and run.step_no > frozen_at

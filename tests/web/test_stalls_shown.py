@@ -70,7 +70,7 @@ def test_the_run_page_shows_a_stall_and_drops_the_stripe(alice_client, ticker):
     assert "is-running" not in body  # no moving stripe
     assert 'data-stalled="lease_lost"' in body
     assert re.search(r'<p id="run-stall"[^>]*>(?!.*hidden)', body)
-    assert "lease holder web-1:4242 gone since" in body
+    assert "lease holder web-1:4242 gone:" in body
     since = Run.objects.get(pk=ticker.pk).lease_expires_at
     assert f'<time id="run-stall-since" datetime="{since.isoformat()}">' in body
 
@@ -83,7 +83,8 @@ def test_the_run_list_and_its_live_rows_show_a_stall(alice_client, ticker, users
     body = html(alice_client.get(reverse("runs:list")))
     row = re.search(rf'<tr id="run-row-{ticker.pk}".*?</tr>', body, re.S).group(0)
     assert 'data-stalled="lease_lost"' in row and 'badge status-stalled' in row
-    assert "is-running" not in row and "stalled: lease holder web-1:4242 gone since" in row
+    assert "is-running" not in row and "lease holder web-1:4242 gone:" in row
+    assert re.search(r'stalled since <time datetime="[^"]+">\d\d:\d\d:\d\d</time>: lease', row)
     moving = re.search(rf'<tr id="run-row-{other.pk}".*?</tr>', body, re.S).group(0)
     assert "is-running" in moving and "data-stalled" not in moving
     rows = html(alice_client.get(reverse("runs:rows") + f"?id={ticker.pk}"))
@@ -98,7 +99,7 @@ def test_the_live_row_summary_carries_the_stall(users, ticker):
     [summary] = selectors.run_summaries(users["alice"], [ticker.pk])
     assert summary["status"] == "running"
     assert summary["stall"]["kind"] == "lease_lost"
-    assert summary["stall"]["why"].startswith("lease holder web-1:4242 gone since")
+    assert summary["stall"]["why"].startswith("lease holder web-1:4242 gone:")
 
 
 # --- the operator's pages ----------------------------------------------------------------------
@@ -123,7 +124,7 @@ def test_the_dashboard_shows_stalled_runs_with_why_and_since(operator_client, ti
     [stalled] = make_stalled(1)
     body = html(operator_client.get(reverse("operator:dashboard")))
     row = re.search(rf'<tr data-run="{stalled}">.*?</tr>', body, re.S).group(0)
-    assert 'data-status="stalled"' in row and "lease holder web-1:4242 gone since" in row
+    assert 'data-status="stalled"' in row and "lease holder web-1:4242 gone:" in row
     assert "<time datetime=" in row
     moving = re.search(rf'<tr data-run="{ticker.pk}">.*?</tr>', body, re.S).group(0)
     assert 'data-status="running"' in moving and "stalled" not in moving
@@ -136,7 +137,7 @@ def test_the_attention_queue_lists_stalled_runs_in_bounded_queries(operator_clie
     with CaptureQueriesContext(connection) as one:
         body = html(operator_client.get(reverse("operator:attention")))
     assert f'data-run="{first}"' in body and f'data-run="{ticker.pk}"' not in body
-    assert "lease holder web-1:4242 gone since" in body
+    assert "lease holder web-1:4242 gone:" in body
     make_stalled(20)
     with CaptureQueriesContext(connection) as many:
         body = html(operator_client.get(reverse("operator:attention")))
@@ -165,7 +166,7 @@ def test_the_operator_run_page_shows_the_stall_and_its_poll_notices_it(operator_
     assert operator_client.get(live).status_code == 204  # nothing changed
     lose_lease(ticker.pk)
     body = html(operator_client.get(live))  # no event, but the stall changes the token
-    assert 'data-status="stalled"' in body and "lease holder web-1:4242 gone since" in body
+    assert 'data-status="stalled"' in body and "lease holder web-1:4242 gone:" in body
 
 
 # --- the command line --------------------------------------------------------------------------
@@ -182,7 +183,7 @@ def test_runs_show_says_the_lease_holder_is_gone(ticker):
     assert json.loads(runs_command("show", ticker.pk, "--json"))["stall"] is None
     lose_lease(ticker.pk)
     text = runs_command("show", ticker.pk)
-    assert re.search(r"STALLED since \S+: lease holder web-1:4242 gone since \d\d:\d\d:\d\d: "
+    assert re.search(r"STALLED since \S+: lease holder web-1:4242 gone: "
                      "its lease ran out and no worker took the run over", text)
     assert f"lease: {OWNER} until" in text
     data = json.loads(runs_command("show", ticker.pk, "--json"))
@@ -207,7 +208,7 @@ async def test_the_run_socket_says_when_a_run_stalls_and_when_it_moves(sockets, 
     await sync_to_async(lose_lease)(run.pk)
     message = await receive(communicator, timeout=3)
     assert message["type"] == "stall" and message["stall"]["kind"] == "lease_lost"
-    assert message["stall"]["why"].startswith("lease holder web-1:4242 gone since")
+    assert message["stall"]["why"].startswith("lease holder web-1:4242 gone:")
     assert await communicator.receive_nothing(timeout=1.0)  # said once, not at every poll
 
     await sync_to_async(hold)(run.pk)

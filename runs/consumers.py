@@ -584,6 +584,7 @@ class RunListConsumer(LiveConsumer):
             rows = await database_sync_to_async(selectors.run_summaries)(self.user, moved)
             for row in rows:
                 self.known[row["id"]] = max(self.known.get(row["id"], 0), row["seq"])
+                self.stalls_sent[row["id"]] = row["stall"]  # the row drew its stall too
             if rows:
                 await self.send_json({"type": "runs", "runs": rows})
         await self.send_stalls(feeds)

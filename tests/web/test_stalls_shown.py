@@ -192,12 +192,17 @@ def test_runs_show_says_the_lease_holder_is_gone(ticker):
 
 
 # --- the live sockets ----------------------------------------------------------------------------
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.asyncio
-async def test_the_run_socket_says_when_a_run_stalls_and_when_it_moves(sockets, cookies, users):
+async def held_run(users) -> Run:
     run = await sync_to_async(services.run_launch)(user=users["alice"], agent="ticker",
                                                    inputs={"steps": 5})
     await sync_to_async(hold)(run.pk)
+    return run
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_the_run_socket_says_when_a_run_stalls_and_when_it_moves(sockets, cookies, users):
+    run = await held_run(users)
     communicator, connected, _ = await sockets(f"/ws/runs/{run.pk}/", cookies["alice"])
     assert connected
     await communicator.send_json_to({"type": "hello", "after": 0, "stalled": None})
@@ -218,21 +223,18 @@ async def test_the_run_socket_says_when_a_run_stalls_and_when_it_moves(sockets, 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
 async def test_a_page_that_shows_a_stall_hears_that_it_ended(sockets, cookies, users):
-    run = await sync_to_async(services.run_launch)(user=users["alice"], agent="ticker",
-                                                   inputs={"steps": 5})
-    await sync_to_async(hold)(run.pk)  # it moved again between the page load and the socket
+    run = await held_run(users)  # it moved again between the page load and the socket
     communicator, _, _ = await sockets(f"/ws/runs/{run.pk}/", cookies["alice"])
     await communicator.send_json_to({"type": "hello", "after": 0, "stalled": "lease_lost"})
-    kinds = [(await receive(communicator))["type"] for _ in range(3)]
-    assert kinds == ["welcome", "events", "stall"]
+    messages = [await receive(communicator) for _ in range(3)]
+    assert [m["type"] for m in messages] == ["welcome", "events", "stall"]
+    assert messages[2]["stall"] is None
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
 async def test_the_list_socket_says_which_rows_stalled(sockets, cookies, users):
-    run = await sync_to_async(services.run_launch)(user=users["alice"], agent="ticker",
-                                                   inputs={"steps": 5})
-    await sync_to_async(hold)(run.pk)
+    run = await held_run(users)
     communicator, _, _ = await sockets("/ws/runs/", cookies["alice"])
     await communicator.send_json_to({"type": "watch", "runs": {run.pk: 1}, "newest": run.pk})
     assert (await receive(communicator))["type"] == "watching"

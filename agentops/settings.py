@@ -201,6 +201,11 @@ AGENTOPS = {
     # Expire at once the lease of a dead worker process on this host (else: wait
     # for the lease to run out, as for a worker on another host).
     "DETECT_DEAD_LOCAL_WORKERS": env_bool("AGENTOPS_DETECT_DEAD_LOCAL_WORKERS", True),
+    # When a queued or running run shows as stalled (runs/stalls.py, docs/stalls.md):
+    # queued and unclaimed this long; silent this long (an agent's expected_cadence
+    # overrides it). A run whose lease ran out is stalled one lease period later.
+    "STALL_UNCLAIMED_SECONDS": env_float("AGENTOPS_STALL_UNCLAIMED", 60.0),
+    "EXPECTED_CADENCE_SECONDS": env_float("AGENTOPS_EXPECTED_CADENCE", 300.0),
     "AGENT_MODULES": env_list("AGENTOPS_AGENT_MODULES"),
     "FAULTS_DIR": os.environ.get("AGENTOPS_FAULTS_DIR", ""),
     "LIVE_POLL_SECONDS": env_float("AGENTOPS_LIVE_POLL", 0.5),

@@ -78,6 +78,9 @@ class Agent:
       checkpoint_every checkpoint after every N steps (1 = every step)
       checkpoint_seconds  or when this many seconds passed since the last checkpoint
       description      one line for the launch page
+      expected_cadence seconds between two events of a healthy run (a step, a log line,
+                       a progress report); silent longer than this while running, a
+                       run shows as stalled (docs/stalls.md). None: the site default
     """
 
     name: str = ""
@@ -86,6 +89,7 @@ class Agent:
     input_schema: dict = {"type": "object"}
     checkpoint_every: int = 1
     checkpoint_seconds: float | None = None
+    expected_cadence: float | None = None
 
     def start(self, inputs: dict) -> dict:
         return dict(inputs)
@@ -136,7 +140,8 @@ registry = AgentRegistry()
 
 
 def agent(name: str, *, version: str | None = None, input_schema: dict | None = None,
-          description: str = "", registry: AgentRegistry = registry):
+          description: str = "", expected_cadence: float | None = None,
+          registry: AgentRegistry = registry):
     """Register an agent class (subclass of Agent) or a function `fn(ctx, inputs)`."""
 
     def wrap(target):
@@ -153,6 +158,8 @@ def agent(name: str, *, version: str | None = None, input_schema: dict | None = 
             cls.version = str(version)
         if input_schema is not None:
             cls.input_schema = input_schema
+        if expected_cadence is not None:
+            cls.expected_cadence = float(expected_cadence)
         if description:
             cls.description = description
         elif not cls.description and target.__doc__:

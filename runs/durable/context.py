@@ -326,7 +326,7 @@ def retry_reason(record: r.EffectRecord) -> dict:
     the last error. Also what the operator's retry now / give up find the call by."""
     error = record.error or {}
     return {"kind": "retry", "tool": record.tool, "attempt": record.attempts + 1,
-            "error": f"{error.get('type', 'Error')}: {error.get('message', '')}"[:500],
+            "error": str(error.get("message", ""))[:500], "error_type": error.get("type", ""),
             "wake_at": record.result["wake_at"], "step_no": record.step_no, "seq": record.seq}
 
 

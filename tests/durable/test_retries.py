@@ -229,7 +229,8 @@ def test_a_long_wait_frees_the_worker_as_a_durable_timer_then_the_same_key_is_re
     assert run.status == r.WAITING and run.lease_owner is None  # no worker holds it
     assert run.attention["kind"] == "retry"
     assert (run.attention["tool"], run.attention["attempt"]) == ("t.fetch", 2)
-    assert run.attention["error"] == "TransientToolError: 503 Service Unavailable"
+    assert run.attention["error"] == "503 Service Unavailable"
+    assert run.attention["error_type"] == "TransientToolError"
     effect = the_effect(store, run_id, "t.fetch")
     assert effect.status == r.RETRYING and effect.attempts == 1
     recorded_wait = effect.result["wait"]

@@ -118,3 +118,14 @@ def test_bulk_retry_now_wakes_every_selected_run(ops, users, retrying_run):
                                             "run": [retrying_run.pk]}, follow=True)
     assert any("1 of 1" in str(m) for m in response.context["messages"])
     assert Run.objects.get(pk=retrying_run.pk).status == "queued"
+
+
+def test_the_cli_retries_now_and_refuses_what_is_not_retrying(users, retrying_run):
+    from django.core.management import CommandError, call_command
+
+    call_command("runs", "retry-now", retrying_run.pk, "--reason", "outage over",
+                 "--user", "charlie")
+    assert Run.objects.get(pk=retrying_run.pk).status == "queued"
+    assert AuditEntry.objects.get(run=retrying_run).action == "retry_now"
+    with pytest.raises(CommandError, match="not waiting to retry"):
+        call_command("runs", "give-up", retrying_run.pk, "--reason", "too late")

@@ -325,12 +325,18 @@ def test_a_non_idempotent_call_that_may_have_reached_the_target_is_not_retried()
     assert TARGET["sent"]["hello"] == 1
 
 
-def test_a_non_idempotent_call_refused_before_sending_is_retried_durably():
-    store = MemoryStore()
+def refused_then_due(store) -> str:
+    """A sender run whose first send was refused before sending; its retry is due now."""
     run_id = launch(store, "sender")
     fail_next("send", TransientToolError("connection refused", reached_target=False))
     assert execute(store, run_id) == Outcome.WAITING
     wait_until(lambda: time.time() >= store.get(run_id).wake_at, 5)
+    return run_id
+
+
+def test_a_non_idempotent_call_refused_before_sending_is_retried_durably():
+    store = MemoryStore()
+    run_id = refused_then_due(store)
     assert execute(store, run_id) == Outcome.SUCCEEDED
     assert store.get(run_id).output == {"result": {"sent": "hello"}}
     assert TARGET["sent"]["hello"] == 2
@@ -338,10 +344,7 @@ def test_a_non_idempotent_call_refused_before_sending_is_retried_durably():
 
 def test_a_non_idempotent_attempt_cut_short_after_a_durable_wait_is_in_doubt():
     store = MemoryStore()
-    run_id = launch(store, "sender")
-    fail_next("send", TransientToolError("connection refused", reached_target=False))
-    assert execute(store, run_id) == Outcome.WAITING
-    wait_until(lambda: time.time() >= store.get(run_id).wake_at, 5)
+    run_id = refused_then_due(store)
 
     class Died(BaseException):
         pass

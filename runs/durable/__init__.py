@@ -41,6 +41,6 @@ __all__ = [
     "DurableError", "EffectNotFoundError", "FencedError", "InDoubtEffectError",
     "InputValidationError", "InvalidTransitionError", "NonDeterminismError", "Outcome",
     "PermanentToolError", "Retry", "RunContext", "RunNotFoundError", "StateNotSerializableError",
-    "StateTooLargeError", "Tool", "ToolFailedError", "TransientToolError", "WorkerConfig", "agent", "execute_run",
-    "idempotency_key", "registry", "tool", "validate_inputs",
+    "StateTooLargeError", "Tool", "ToolFailedError", "TransientToolError", "WorkerConfig",
+    "agent", "execute_run", "idempotency_key", "registry", "tool", "validate_inputs",
 ]

@@ -1,8 +1,9 @@
 """The outside world goes away for minutes in the middle of `crawl`, `migrate` and
 `assistant` runs (real qcluster workers, the sandbox in its own Daphne, killed and
 started again). The runs wait it out on durable timers: no worker slot is held
-while they wait, and after the sandbox is back all three succeed with nothing
-reaching the target twice and no page marked failed for being unreachable.
+while they wait, every worker process is killed (SIGKILL) and replaced halfway
+through, and after the sandbox is back all three succeed with nothing reaching
+the target twice and no page marked failed for being unreachable.
 
 OUTAGE_SECONDS sets the outage (default 120). The workers' longest wait between
 attempts is cut to 5 s (AGENTOPS_TOOL_RETRY_MAX_INTERVAL) so the runs notice the
@@ -82,8 +83,8 @@ def test_a_sandbox_outage_of_minutes_is_waited_out_without_holding_a_slot(tmp_pa
         url = f"{sandbox.url}/sandbox"
         runs = launch_all(url)
         run_ids = list(runs.values())
-        start_cluster(workers=2, AGENTOPS_SANDBOX_URL=url,
-                      AGENTOPS_TOOL_RETRY_MAX_INTERVAL=MAX_INTERVAL)
+        env = {"AGENTOPS_SANDBOX_URL": url, "AGENTOPS_TOOL_RETRY_MAX_INTERVAL": MAX_INTERVAL}
+        cluster = start_cluster(workers=2, **env)
         wait_until(lambda: all(done_effects(i) >= 2 for i in run_ids), 60,
                    message="every run under way")
         sandbox.signal_group(signal.SIGKILL)  # the outside world is gone, mid-request
@@ -93,7 +94,14 @@ def test_a_sandbox_outage_of_minutes_is_waited_out_without_holding_a_slot(tmp_pa
 
         outage_ends = time.monotonic() + OUTAGE_SECONDS
         all_waiting = shown_idle = 0
+        redeploy_at = time.monotonic() + OUTAGE_SECONDS / 2
         while time.monotonic() < outage_ends:
+            if redeploy_at and time.monotonic() >= redeploy_at:
+                # The timers are in the database: a crash of every worker process in the
+                # middle of the outage, and a new cluster in its place, lose nothing.
+                cluster.signal_group(signal.SIGKILL)
+                cluster = start_cluster(workers=2, name="after-crash", **env)
+                redeploy_at = None
             waiting, held = waiting_and_held(run_ids)
             if waiting:
                 assert held == 0, f"{held} slot(s) held while every run waits to retry"

@@ -214,6 +214,10 @@ AGENTOPS = {
     "LLM_BASE_URL": os.environ.get("AGENTOPS_LLM_BASE_URL", ""),
     "LLM_MODEL": os.environ.get("AGENTOPS_LLM_MODEL", "scripted"),
     "LLM_API_KEY": os.environ.get("AGENTOPS_LLM_API_KEY", ""),
+    # The built-in HTTP and LLM tools' retry policy (docs/retries.md): transient
+    # errors are retried for this long, with waits growing up to the maximum.
+    "TOOL_RETRY_FOR_SECONDS": env_float("AGENTOPS_TOOL_RETRY_FOR", 3600.0),
+    "TOOL_RETRY_MAX_INTERVAL": env_float("AGENTOPS_TOOL_RETRY_MAX_INTERVAL", 30.0),
 }
 
 # --- auth, i18n, static -----------------------------------------------------

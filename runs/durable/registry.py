@@ -10,21 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import AgentNotFoundError, InputValidationError
-
-
-@dataclass(frozen=True)
-class Retry:
-    """How a tool error is retried before it reaches the agent."""
-
-    attempts: int = 3
-    backoff: float = 0.2
-    max_backoff: float = 5.0
-
-    def delay(self, attempt: int) -> float:
-        return min(self.backoff * (2 ** (attempt - 1)), self.max_backoff)
-
-
-NO_RETRY = Retry(attempts=1)
+from .retry import NO_RETRY, Retry
 
 
 @dataclass(frozen=True)
@@ -57,8 +43,9 @@ def tool(fn: Callable | None = None, *, idempotent: bool = False, retry: Retry |
 
     An idempotent tool receives `idempotency_key=` and must dedup on it; it is
     retried (3 attempts) on errors by default. A non-idempotent tool is tried
-    once unless a retry policy is given, and an in-doubt call is never retried
-    without an operator.
+    once unless a retry policy is given, and even then only after errors that
+    say its request never left (`TransientToolError(reached_target=False)`);
+    an in-doubt call is never retried without an operator.
     """
 
     def wrap(f):

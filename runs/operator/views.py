@@ -140,6 +140,8 @@ def available_actions(run: Run) -> list[str]:
         r.SUCCEEDED: ["rollback"],
         r.CANCELLED: ["rollback"],
     }
+    if run.status == r.WAITING and kind == "retry":
+        return ["retry_now", "give_up", *by_status[r.WAITING]]
     if run.status == r.NEEDS_ATTENTION:
         if kind == "in_doubt":
             return ["resolve", "cancel", "rollback"]

@@ -44,8 +44,9 @@ class Command(BaseCommand):
             p.add_argument("run_id")
             if name == "watch":
                 p.add_argument("--timeout", type=float, default=3600)
-        for name in ("pause", "resume", "cancel"):
-            p = sub.add_parser(name)
+        for name in ("pause", "resume", "cancel", "retry-now", "give-up"):
+            p = sub.add_parser(name, help={"retry-now": "start a waiting retry's next attempt now",
+                                           "give-up": "stop retrying: the call fails"}.get(name))
             p.add_argument("run_id")
             p.add_argument("--reason", default="")
             p.add_argument("--user", default=None)
@@ -72,7 +73,7 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         self.as_json = opts["json"]
         try:
-            return getattr(self, f"do_{opts['subcommand']}")(opts)
+            return getattr(self, f"do_{opts['subcommand'].replace('-', '_')}")(opts)
         except DurableError as exc:
             raise CommandError(str(exc)) from None
 
@@ -126,6 +127,14 @@ class Command(BaseCommand):
     def do_cancel(self, opts):
         self._print_run(services.run_cancel(run_id=_get(opts["run_id"]).id, user=_actor(opts),
                                             reason=opts["reason"]))
+
+    def do_retry_now(self, opts):
+        self._print_run(services.run_retry_now(run_id=_get(opts["run_id"]).id, user=_actor(opts),
+                                               reason=opts["reason"]))
+
+    def do_give_up(self, opts):
+        self._print_run(services.run_give_up(run_id=_get(opts["run_id"]).id, user=_actor(opts),
+                                             reason=opts["reason"]))
 
     def do_rollback(self, opts):
         run_id = _get(opts["run_id"]).id

@@ -65,6 +65,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "runs.middleware.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "agentops.urls"
@@ -93,13 +94,23 @@ TEMPLATES = [
 # process makes a pool of its own after the fork (runs/db.py).
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+    # Health checks: a connection is checked before it is handed out (from the pool, or
+    # reused by a request), so one that a database restart or pg_terminate_backend ended
+    # is replaced instead of failing the request (docs/database-faults.md).
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0,
+                                                  conn_health_checks=True)}
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # A database that does not answer fails a connection attempt after this
+        # long, and a dead peer is noticed by TCP keepalives, not never.
+        DATABASES["default"]["OPTIONS"] = {
+            "connect_timeout": env_int("AGENTOPS_DB_CONNECT_TIMEOUT", 5),
+            "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+            "keepalives_count": 3,
+        }
         if env_bool("AGENTOPS_DB_POOL") and "qcluster" not in sys.argv:
-            DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": 2, "max_size": 20}}
+            DATABASES["default"]["OPTIONS"]["pool"] = {"min_size": 2, "max_size": 20}
         else:
             DATABASES["default"]["CONN_MAX_AGE"] = 60
-            DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {

@@ -52,7 +52,8 @@ def use_pool_in_this_process() -> bool:
     # Every thread's wrapper reads this same dict, so the pool is process-wide.
     db["OPTIONS"] = {**db.get("OPTIONS", {}), "pool": {
         "min_size": min(2, size), "max_size": size,
-        "timeout": settings.AGENTOPS["WORKER_DB_POOL_TIMEOUT"]}}
+        "timeout": settings.AGENTOPS["WORKER_DB_POOL_TIMEOUT"],
+        "reconnect_timeout": settings.AGENTOPS["DB_POOL_RECONNECT_SECONDS"]}}
     db["CONN_MAX_AGE"] = 0  # Django refuses persistent connections with a pool
     return True
 

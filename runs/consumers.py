@@ -340,9 +340,15 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.scope = scope
         self.base_send = send
         self.gone = asyncio.Event()  # set when this socket's application ends
+        self.open = False
+        self.restarting = False
         try:
             with contextlib.suppress(StopConsumer):
                 await await_many_dispatch([receive], self.dispatch)
+        except asyncio.CancelledError:
+            if self.open:  # Daphne is stopping (SIGTERM) and cancels every application
+                await live_shutdown.close_cleanly(self, receive)
+            raise
         finally:
             self.gone.set()
 
@@ -358,6 +364,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_NOT_FOUND)
             return
         await self.accept()
+        self.open = True
+        if live_shutdown.stopping():
+            await self.close_for_restart()
+            return
         live_shutdown.opened(self)  # a stopping Daphne closes it with 4012
         await self.started()
         self.pump_task = asyncio.ensure_future(self._pump())
@@ -365,6 +375,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code):
         if getattr(self, "pump_task", None) is not None:
             self.pump_task.cancel()
+        self.open = False
         live_shutdown.closed(self)
         self.stopped()
 
@@ -397,6 +408,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def close_for_restart(self) -> None:
         """This process is stopping: nothing more is sent, the page reconnects."""
+        if self.restarting:
+            return
+        self.restarting = True
         if self.pump_task is not None:
             self.pump_task.cancel()
         await self.close(code=live_shutdown.CLOSE_SERVICE_RESTART)

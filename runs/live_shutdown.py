@@ -4,9 +4,9 @@ Without this a SIGTERM drops every socket's TCP connection without a close frame
 (the page sees 1006, an abnormal closure). Daphne's own shutdown step cancels
 the applications, but it stops at the first keep-alive HTTP connection that has
 no application at that moment (a KeyError in `kill_all_applications`), so the
-sockets are closed here, in a shutdown trigger of the reactor of our own: each
-open socket is sent 4012, and Daphne exits once their applications have ended
-(on the page's reply, or cancelled by Daphne), after CLOSE_WAIT_SECONDS at most. 4012 is RFC 6455's 1012 "service restart" moved to
+sockets are closed here too, in a shutdown trigger of the reactor of our own.
+Either way each open socket is sent 4012 and Daphne waits for the page's reply
+(the closing handshake), CLOSE_WAIT_SECONDS at most, before it exits. 4012 is RFC 6455's 1012 "service restart" moved to
 the application range: Daphne's websocket library lets a server send only 1000
 and 3000-4999. The page (static/js/live.js) reconnects at once, to
 the next server behind the load balancer or to this one when it is back, and
@@ -25,6 +25,14 @@ CLOSE_WAIT_SECONDS = 1.0
 
 _open: weakref.WeakSet = weakref.WeakSet()
 _installed = {"done": False}
+_stopping = {"since": False}
+
+
+def stopping() -> bool:
+    """This process is shutting down: a socket that opens now is closed at once with
+    4012 (the listening port stays open for a moment, and a page reconnecting to it
+    would otherwise be cut off without a word)."""
+    return _stopping["since"]
 
 
 def opened(consumer) -> None:
@@ -51,6 +59,7 @@ def _install_once() -> None:
 def _close_all():
     from twisted.internet.defer import Deferred
 
+    _stopping["since"] = True
     consumers = list(_open)
     if not consumers:
         return None
@@ -62,3 +71,17 @@ async def _close(consumer) -> None:
     await consumer.close_for_restart()
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(consumer.gone.wait(), CLOSE_WAIT_SECONDS)
+
+
+async def close_cleanly(consumer, receive) -> None:
+    """A socket whose application Daphne cancelled: send 4012 (once) and wait for the
+    page's reply. Exiting before it arrives resets the connection, and a browser
+    may then lose the close frame it was sent and report 1006."""
+    await consumer.close_for_restart()
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(_disconnected(receive), CLOSE_WAIT_SECONDS)
+
+
+async def _disconnected(receive) -> None:
+    while (await receive())["type"] != "websocket.disconnect":
+        pass

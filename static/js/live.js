@@ -61,8 +61,10 @@
         return;
       }
       this.socket = socket;
+      let opened = false;
       socket.onopen = () => {
         if (socket !== this.socket) return;
+        opened = true;
         this.lastFrameAt = Date.now();
         this.startHeartbeat();
         if (this.handlers.onOpen) this.handlers.onOpen(this);
@@ -85,7 +87,8 @@
         this.stopHeartbeat();
         this.socket = null;
         if (this.handlers.onClose) this.handlers.onClose(event, this);
-        if (this.indicator) this.indicator.dataset.closeCode = String(event.code);
+        // How the last open connection ended (attempts that never opened say 1006).
+        if (opened && this.indicator) this.indicator.dataset.closeCode = String(event.code);
         if (event.code === 4401 || event.code === 4404) {   // logged out, or not ours
           this.setState("closed", event.code === 4401 ? "logged out" : "not available");
           this.stopped = true;
@@ -93,8 +96,10 @@
         }
         // 4012 "service restart": the server is stopping (a deploy); the next one, or
         // another behind the load balancer, is there at once: no backoff built up.
+        if (event.code === SERVICE_RESTART) this.restarting = true;
+        else if (opened) this.restarting = false;
         if (event.code === SERVICE_RESTART) this.attempt = 0;
-        this.scheduleRetry(event.code === SERVICE_RESTART ? "server restarting" : "");
+        this.scheduleRetry(this.restarting ? "server restarting" : "");
       };
     }
 

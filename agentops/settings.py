@@ -176,6 +176,8 @@ AGENTOPS_WORKERS = env_int("AGENTOPS_WORKERS", max(2, os.cpu_count() or 2))
 Q_CLUSTER = {
     "name": os.environ.get("Q_CLUSTER_NAME", "agentops"),
     "orm": "default",
+    # the ORM broker, whose pusher waits out a database fault instead of stopping 10 s
+    "broker_class": "runs.broker.ReconnectingORM",
     "workers": AGENTOPS_WORKERS,
     "timeout": env_int("AGENTOPS_TASK_TIMEOUT", 600),
     "retry": env_int("AGENTOPS_TASK_RETRY", 660),

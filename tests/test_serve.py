@@ -9,8 +9,6 @@ honcho with the Procfile) on a SQLite file of its own, whatever the test pass.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
 import re
 import signal
@@ -19,7 +17,7 @@ import subprocess
 import httpx
 
 from runs.live_shutdown import CLOSE_SERVICE_RESTART
-from tests.chaos.wsclient import Closed, WebSocket
+from tests.support.live_sockets import close_codes
 from tests.support.processes import ROOT, free_port, wait_until
 
 STOP_WITHIN_SECONDS = 3.0
@@ -58,23 +56,6 @@ def up(client: httpx.Client) -> bool:
         return False
 
 
-def follow_until_closed(port: int, run_id: str, cookie: str, on_open) -> int | None:
-    """Open the run page's socket, call on_open(), return the close code it gets."""
-    async def follow():
-        socket = await WebSocket.connect("127.0.0.1", port, f"/ws/runs/{run_id}/", {
-            "Cookie": cookie, "Origin": f"http://127.0.0.1:{port}"})
-        await socket.send_text(json.dumps({"type": "hello", "after": 0}))
-        assert json.loads(await socket.receive())["type"] == "welcome"
-        on_open()
-        try:
-            while True:
-                await socket.receive()
-        except Closed as closed:
-            return closed.code
-
-    return asyncio.run(asyncio.wait_for(follow(), 30))
-
-
 def test_bin_serve_on_its_port_and_a_clean_stop(tmp_path):
     port = free_port()
     proc = serve(tmp_path, port)
@@ -107,8 +88,9 @@ def test_bin_serve_on_its_port_and_a_clean_stop(tmp_path):
 
         # SIGTERM with the run page's socket open (and a keep-alive HTTP connection)
         cookie = "; ".join(f"{k}={v}" for k, v in client.cookies.items())
-        code = follow_until_closed(port, run_id, cookie, lambda: proc.send_signal(signal.SIGTERM))
-        assert code == CLOSE_SERVICE_RESTART
+        codes = close_codes(port, cookie, {f"/ws/runs/{run_id}/": {"type": "hello", "after": 0}},
+                            lambda: proc.send_signal(signal.SIGTERM))
+        assert codes == [CLOSE_SERVICE_RESTART]
         proc.wait(STOP_WITHIN_SECONDS)  # TimeoutExpired: the stop waited for something
     finally:
         client.close()

@@ -1,16 +1,18 @@
 """Open live sockets are closed with 4012 ("service restart") when Daphne stops.
 
 Without this a SIGTERM drops every socket's TCP connection without a close frame
-(the page sees 1006, an abnormal closure). Daphne's own shutdown step cancels
-the applications, but it stops at the first keep-alive HTTP connection that has
-no application at that moment (a KeyError in `kill_all_applications`), so the
+(the page sees 1006, an abnormal closure). Daphne's own shutdown step cancels the
+applications, but it stops at the first keep-alive HTTP connection that has no
+application at that moment (a KeyError in `kill_all_applications`), so the
 sockets are closed here too, in a shutdown trigger of the reactor of our own.
 Either way each open socket is sent 4012 and Daphne waits for the page's reply
-(the closing handshake), CLOSE_WAIT_SECONDS at most, before it exits. 4012 is RFC 6455's 1012 "service restart" moved to
-the application range: Daphne's websocket library lets a server send only 1000
-and 3000-4999. The page (static/js/live.js) reconnects at once, to
-the next server behind the load balancer or to this one when it is back, and
-asks for the events after the last one it has: nothing is missed.
+(the closing handshake), CLOSE_WAIT_SECONDS at most, before it exits.
+
+4012 is RFC 6455's 1012 "service restart" moved to the application range:
+Daphne's websocket library lets a server send only 1000 and 3000-4999. The page
+(static/js/live.js) reconnects at once, to the next server behind the load
+balancer or to this one when it is back, and asks for the events after the last
+one it has: nothing is missed.
 """
 
 from __future__ import annotations
@@ -25,14 +27,14 @@ CLOSE_WAIT_SECONDS = 1.0
 
 _open: weakref.WeakSet = weakref.WeakSet()
 _installed = {"done": False}
-_stopping = {"since": False}
+_stopping = {"now": False}
 
 
 def stopping() -> bool:
     """This process is shutting down: a socket that opens now is closed at once with
     4012 (the listening port stays open for a moment, and a page reconnecting to it
     would otherwise be cut off without a word)."""
-    return _stopping["since"]
+    return _stopping["now"]
 
 
 def opened(consumer) -> None:
@@ -59,7 +61,7 @@ def _install_once() -> None:
 def _close_all():
     from twisted.internet.defer import Deferred
 
-    _stopping["since"] = True
+    _stopping["now"] = True
     consumers = list(_open)
     if not consumers:
         return None

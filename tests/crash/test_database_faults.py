@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -136,16 +137,25 @@ def check_outcome(run_ids: list[str], followers: Followers) -> None:
         assert follower.connects == 1, "the live socket was closed by the database fault"
 
 
-def test_terminated_connections_are_survived_everywhere(app, private_postgres):
-    web, _ = app
-    alice = User.objects.get(username="alice")
-    run_ids = launch_runs(alice, 4)
+@contextmanager
+def watched_runs(web: Server):
+    """Four runs; a live socket follows the first; alice reloads pages in a loop."""
+    run_ids = launch_runs(User.objects.get(username="alice"), 4)
     session = login(web.url, "alice", "alice-pass-1")
     followers = Followers(web.url, session)
     followers.follow(run_ids[0])
     pages = PageLoads(web.url, session, ["/", f"/runs/{run_ids[0]}/", f"/runs/{run_ids[1]}/"])
-    faults = []
     try:
+        yield run_ids, followers, pages
+    finally:
+        pages.stop()
+        followers.stop()
+
+
+def test_terminated_connections_are_survived_everywhere(app, private_postgres):
+    web, _ = app
+    faults = []
+    with watched_runs(web) as (run_ids, followers, pages):
         for _ in range(3):
             before = dict(Run.objects.filter(pk__in=run_ids).values_list("id", "step_no"))
             wait_until(lambda before=before: progressed(run_ids, before, 3), 60,
@@ -154,21 +164,12 @@ def test_terminated_connections_are_survived_everywhere(app, private_postgres):
             assert private_postgres.terminate(exclude=own_backend()) > 0
             faults.append((begin, time.monotonic()))
         check_outcome(run_ids, followers)
-    finally:
-        pages.stop()
-        followers.stop()
     pages.check(faults)
 
 
 def test_a_database_restart_is_survived_everywhere(app, private_postgres):
     web, cluster = app
-    alice = User.objects.get(username="alice")
-    run_ids = launch_runs(alice, 4)
-    session = login(web.url, "alice", "alice-pass-1")
-    followers = Followers(web.url, session)
-    followers.follow(run_ids[0])
-    pages = PageLoads(web.url, session, ["/", f"/runs/{run_ids[0]}/"])
-    try:
+    with watched_runs(web) as (run_ids, followers, pages):
         wait_until(lambda: progressed(run_ids, {}, 5), 60, message="the runs to start")
         connection.close()
         begin = time.monotonic()
@@ -180,8 +181,4 @@ def test_a_database_restart_is_survived_everywhere(app, private_postgres):
         private_postgres.start()
         faults = [(begin, time.monotonic())]
         check_outcome(run_ids, followers)
-    finally:
-        pages.stop()
-        followers.stop()
     pages.check(faults)
-

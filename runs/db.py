@@ -102,6 +102,7 @@ def wait_for_database(error: BaseException, stop: threading.Event) -> bool:
     while not stop.is_set():
         try:
             connection.close()  # the broken one: back to the pool, which drops it
+            _drop_dead_pooled_connections()
             with connection.cursor() as cursor:
                 cursor.execute("SELECT 1")
             return True
@@ -112,3 +113,13 @@ def wait_for_database(error: BaseException, stop: threading.Event) -> bool:
         finally:
             release_connection()
     return False
+
+
+def _drop_dead_pooled_connections() -> None:
+    """The pool's idle connections likely died with the one that failed (a restart,
+    pg_terminate_backend). The pool finds a dead one only when it is about to hand
+    it out, and then sleeps before the next try (1 s, then 2 s...): checking them
+    all now spares every thread of this process that wait."""
+    pool = connection.pool if pooled() else None
+    if pool is not None:
+        pool.check()

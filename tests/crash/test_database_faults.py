@@ -33,7 +33,6 @@ pytestmark = [pytest.mark.services]
 
 STEPS = 30
 LEASE = 30  # a run that waited for its lease would wait this long, and resume "after crash"
-RECONNECT = 2  # seconds a pool tries one reconnection for (AGENTOPS_DB_RECONNECT_SECONDS)
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +50,9 @@ def app(private_postgres, django_db_blocker, tmp_path):
             User.objects.create_user("alice", password="alice-pass-1")
         started = []
         try:
-            web = Server(tmp_path, AGENTOPS_DB_POOL=1, AGENTOPS_DB_RECONNECT_SECONDS=RECONNECT)
+            web = Server(tmp_path, AGENTOPS_DB_POOL=1)
             started.append(web)
-            env = {"AGENTOPS_SANDBOX_URL": f"{web.url}/sandbox", "AGENTOPS_LEASE_SECONDS": LEASE,
-                   "AGENTOPS_DB_RECONNECT_SECONDS": RECONNECT}
+            env = {"AGENTOPS_SANDBOX_URL": f"{web.url}/sandbox", "AGENTOPS_LEASE_SECONDS": LEASE}
             started.append(Cluster(tmp_path, workers=2, **env))
             yield web, started[1]
         finally:
@@ -174,8 +172,8 @@ def test_a_database_restart_is_survived_everywhere(app, private_postgres):
         connection.close()
         begin = time.monotonic()
         private_postgres.stop("fast")  # every connection ends; new ones are refused
-        # Down until a worker's pool has tried to reconnect for a while and given up
-        # (page loads go on all the while): an outage, not a blink.
+        # Down until a worker's pool has tried to reconnect for AGENTOPS_DB_RECONNECT_SECONDS
+        # and given up (page loads go on all the while): an outage, not a blink.
         wait_until(lambda: "reconnection attempt in pool" in cluster.output(), 30,
                    message="a worker's pool to give up a reconnection")
         private_postgres.start()

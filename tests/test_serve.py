@@ -15,12 +15,14 @@ import signal
 import subprocess
 
 import httpx
+import psutil
 
 from runs.live_shutdown import CLOSE_SERVICE_RESTART
 from tests.support.live_sockets import close_codes
 from tests.support.processes import ROOT, free_port, wait_until
 
-STOP_WITHIN_SECONDS = 3.0
+WEB_STOPS_WITHIN_SECONDS = 3.0
+ALL_STOP_WITHIN_SECONDS = 5.0  # the worker hands its runs back first (honcho's own limit: 5 s)
 
 
 def serve(tmp_path, port: int) -> subprocess.Popen:
@@ -87,11 +89,19 @@ def test_bin_serve_on_its_port_and_a_clean_stop(tmp_path):
         assert ended.group(1) == "succeeded", output()[-3000:]
 
         # SIGTERM with the run page's socket open (and a keep-alive HTTP connection)
+        daphne = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                  if "daphne" in " ".join(p.cmdline())]
+        assert daphne, "no Daphne under bin/serve"
         cookie = "; ".join(f"{k}={v}" for k, v in client.cookies.items())
         codes = close_codes(port, cookie, {f"/ws/runs/{run_id}/": {"type": "hello", "after": 0}},
                             lambda: proc.send_signal(signal.SIGTERM))
         assert codes == [CLOSE_SERVICE_RESTART]
-        proc.wait(STOP_WITHIN_SECONDS)  # TimeoutExpired: the stop waited for something
+        _, alive = psutil.wait_procs(daphne, timeout=WEB_STOPS_WITHIN_SECONDS)
+        assert not alive, f"Daphne still running after SIGTERM:\n{output()[-3000:]}"
+        try:
+            proc.wait(ALL_STOP_WITHIN_SECONDS)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"bin/serve still running:\n{output()[-3000:]}") from None
     finally:
         client.close()
         if proc.poll() is None:

@@ -1,15 +1,18 @@
 """When a run is stalled: the one rule, for every page, live feed and command.
 
 `stalled` is a display state derived from a run's row, never a stored status: the
-engine's statuses stay what they are. Only a queued or running run can stall; a run
-that waits on a timer or for input, is paused, needs attention or has ended never
-does. A queued or running run is stalled when (docs/stalls.md):
+engine's statuses stay what they are. A queued or running run can stall, and a
+waiting run whose timer (a sleep, a durable retry) is due, since it is then as good as
+queued; a run that waits for input or on a timer not yet due, is paused, needs
+attention or has ended never does. A run is stalled when (docs/stalls.md):
 
 - its lease ran out more than one lease period ago and no worker took it over
   (the holder died, froze, or lost the database): "lease holder host:pid gone";
 - it is running, its lease is renewed, but it has written nothing (no event, no
   checkpoint) for longer than its agent's `expected_cadence`: "no progress for";
-- it is queued and no worker claimed it for STALL_UNCLAIMED_SECONDS: "queued 80 s".
+- it is queued and no worker claimed it for STALL_UNCLAIMED_SECONDS: "queued 80 s";
+- its timer is due and no worker claimed it for STALL_UNCLAIMED_SECONDS: "timer due
+  80 s ago" (no cluster left to sweep it, or none with a free slot).
 
 `stall_of` says it for one run (a model instance or a `.values()` row) and
 `stalled_q` is the same rule as a filter, so the attention queue can ask the
@@ -30,7 +33,7 @@ from runs.durable import records as r
 from runs.durable import registry
 
 STALLABLE = (r.QUEUED, r.RUNNING)
-FIELDS = ("status", "agent", "lease_owner", "lease_expires_at", "updated_at")
+FIELDS = ("status", "agent", "lease_owner", "lease_expires_at", "updated_at", "wake_at")
 
 LEASE_LOST = "lease_lost"   # a holder that stopped renewing, and nobody took over
 SILENT = "silent"           # held and renewed, but no progress for too long
@@ -71,6 +74,8 @@ def limits() -> Limits:
 def stall_of(run, now: datetime | None = None, within: Limits | None = None) -> Stall | None:
     """The stall of one run, or None. `run` is a Run or a dict with FIELDS."""
     row = run if isinstance(run, dict) else {name: getattr(run, name) for name in FIELDS}
+    if row["status"] == r.WAITING:
+        return _timer_unclaimed(row, now or timezone.now(), within or limits())
     if row["status"] not in STALLABLE:
         return None
     now, within = now or timezone.now(), within or limits()
@@ -91,6 +96,13 @@ def stall_of(run, now: datetime | None = None, within: Limits | None = None) -> 
     return None
 
 
+def _timer_unclaimed(row: dict, now: datetime, within: Limits) -> Stall | None:
+    due = row["wake_at"]
+    if row["lease_owner"] or due is None or due >= now - within.unclaimed:
+        return None
+    return Stall(UNCLAIMED, due, f"timer due {span(now - due)} ago, no worker claimed it")
+
+
 def stalled_q(now: datetime | None = None, within: Limits | None = None) -> Q:
     """stall_of as a filter: the runs for which it is not None."""
     now, within = now or timezone.now(), within or limits()
@@ -100,7 +112,9 @@ def stalled_q(now: datetime | None = None, within: Limits | None = None) -> Q:
     silent = Q(status=r.RUNNING) & held & lease_fresh & _silent_q(now, within)
     unclaimed = ~held & (Q(status=r.QUEUED, updated_at__lt=now - within.unclaimed)
                          | Q(status=r.RUNNING, updated_at__lt=now - within.lease_grace))
-    return Q(status__in=STALLABLE) & (lease_lost | silent | unclaimed)
+    timer_unclaimed = Q(status=r.WAITING, lease_owner__isnull=True,
+                        wake_at__lt=now - within.unclaimed)
+    return (Q(status__in=STALLABLE) & (lease_lost | silent | unclaimed)) | timer_unclaimed
 
 
 def _silent_q(now: datetime, within: Limits) -> Q:

@@ -48,9 +48,16 @@ CASES = {
     "queued, claimed, lease valid (a claim that has not written yet)":
         (run(status="queued", moved=600), None),
     "running with nobody holding it": (run(owner=None, expires=None, moved=5), stalls.UNCLAIMED),
+    # a timer (a sleep, a durable retry) that is due is as good as queued
+    "waiting on a timer not yet due": (run(status="waiting", owner=None, expires=None,
+                                           moved=9999, wake_at=NOW + timedelta(seconds=600)),
+                                       None),
+    "waiting on a timer due a moment ago": (run(status="waiting", owner=None, expires=None,
+                                                moved=9999, wake_at=ago(10)), None),
+    "waiting on a timer due past the unclaimed limit, unclaimed":
+        (run(status="waiting", owner=None, expires=None, moved=9999, wake_at=ago(61)),
+         stalls.UNCLAIMED),
     # never stalled, however old and unheld
-    "waiting on a due timer": (run(status="waiting", owner=None, expires=None, moved=9999,
-                                   wake_at=ago(9000)), None),
     "waiting for input": (run(status="waiting", owner=None, expires=None, moved=9999,
                               attention={"kind": "input"}), None),
     "paused": (run(status="paused", owner=None, expires=None, moved=9999), None),
@@ -80,6 +87,9 @@ def test_it_says_why_and_since_when():
     assert (queued.since, queued.why) == (ago(80), "queued 80 s, no worker claimed it")
     assert queued.as_dict() == {"kind": "unclaimed", "since": ago(80).isoformat(),
                                 "why": "queued 80 s, no worker claimed it"}
+    due = stalls.stall_of(run(status="waiting", owner=None, expires=None, moved=9000,
+                              wake_at=ago(90)), NOW, LIMITS)
+    assert (due.since, due.why) == (ago(90), "timer due 90 s ago, no worker claimed it")
 
 
 def test_a_values_row_gives_the_same_answer_as_the_model():

@@ -10,9 +10,15 @@ failed together (one outage) still spread their retries apart.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 
 from .errors import PermanentToolError, StateNotSerializableError, TransientToolError
+
+# The longest wait a server's Retry-After can ask for: a day. A larger one (a hostile
+# or broken server, "1e400", a date in the year 9999) would park a run for years, or
+# past what a wake time can hold; an operator can still give up or retry now.
+RETRY_AFTER_LIMIT = 86400.0
 
 
 @dataclass(frozen=True)
@@ -67,11 +73,15 @@ class Retry:
                   retry_after: float | None = None) -> float | None:
         """Seconds from `now` until the attempt after failed `attempt`; None: give up.
 
+        A server's `retry_after` is the least to wait (RFC 9110): it lengthens the
+        backoff, even past maximum_interval, up to RETRY_AFTER_LIMIT, and never
+        shortens it ("0" or a date in the past must not make instant attempts).
+
         The last wait is cut short at the `maximum_elapsed` deadline, so a call
         that may be retried for an hour has an attempt at the hour."""
         if self.maximum_attempts is not None and attempt >= self.maximum_attempts:
             return None
-        wait = max(0.0, retry_after) if retry_after is not None else self.backoff(attempt, key)
+        wait = max(self.backoff(attempt, key), _server_wait(retry_after))
         if self.maximum_elapsed is not None:
             left = first_at + self.maximum_elapsed - now
             if left <= 0:
@@ -81,6 +91,12 @@ class Retry:
 
 
 NO_RETRY = Retry(maximum_attempts=1)
+
+
+def _server_wait(retry_after: float | None) -> float:
+    if retry_after is None or math.isnan(retry_after):
+        return 0.0
+    return min(max(0.0, retry_after), RETRY_AFTER_LIMIT)
 
 
 def retryable(exc: BaseException, *, idempotent: bool) -> bool:

@@ -1,6 +1,7 @@
 """How the built-in HTTP plumbing tells the retry policy what happened: status codes,
 Retry-After, and connections that were never made."""
 
+import time
 from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
 
@@ -9,7 +10,20 @@ import pytest
 
 from builtin_agents.tools import http
 from builtin_agents.tools.llm import LLM_RETRY
-from runs.durable import PermanentToolError, TransientToolError
+from runs.durable import (
+    AgentRegistry,
+    Outcome,
+    PermanentToolError,
+    Retry,
+    TransientToolError,
+    WorkerConfig,
+    agent,
+    control,
+    execute_run,
+    tool,
+)
+from runs.durable.retry import RETRY_AFTER_LIMIT
+from runs.store import OrmStore
 from tests.support.processes import free_port
 
 
@@ -61,3 +75,33 @@ def test_the_built_in_tools_retry_for_an_hour_with_waits_up_to_30_s():
     for policy in (http.HTTP_RETRY, LLM_RETRY):
         assert policy.maximum_attempts is None
         assert policy.maximum_elapsed == 3600 and policy.maximum_interval == 30
+
+
+FOREVER = Retry(maximum_attempts=None, maximum_elapsed=None)  # "retry for ever" (docs/retries.md)
+REG = AgentRegistry()
+
+
+@tool(idempotent=True, name="hostile.fetch", retry=FOREVER)
+def fetch_from_hostile_server(*, idempotency_key):
+    return http.request("GET", "http://hostile.test/x", idempotency_key=idempotency_key).json()
+
+
+@agent("hostile", registry=REG)
+def hostile(ctx, inputs):
+    return ctx.call(fetch_from_hostile_server)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("said", ["99999999999", "1e400", "Fri, 31 Dec 9999 23:59:59 GMT"])
+def test_a_hostile_retry_after_parks_the_run_for_a_day_at_most(monkeypatch, said):
+    # Before: a wake time past the year 9999 failed the store's write, and the run was
+    # left as a crash: over and over, to the crash-loop guard.
+    server = httpx.MockTransport(lambda request: httpx.Response(503, headers={"Retry-After": said}))
+    monkeypatch.setattr(http, "client", lambda: httpx.Client(transport=server))
+    store = OrmStore()
+    run_id = control.launch(store, agent="hostile", inputs={}, registry=REG).id
+    before = time.time()
+    assert execute_run(store, run_id, WorkerConfig(owner="w:1"), registry=REG) == Outcome.WAITING
+    run = store.load(run_id).run
+    assert (run.status, run.crash_count, run.attention["kind"]) == ("waiting", 0, "retry")
+    assert before + RETRY_AFTER_LIMIT <= run.wake_at <= time.time() + RETRY_AFTER_LIMIT

@@ -27,6 +27,7 @@ from runs.durable import (
 from runs.durable import context as context_module
 from runs.durable import records as r
 from runs.durable.memory import MemoryStore
+from runs.durable.retry import RETRY_AFTER_LIMIT
 from tests.support.processes import wait_until
 
 REG = AgentRegistry()
@@ -175,6 +176,21 @@ def test_retry_after_replaces_the_backoff_even_past_the_maximum_interval():
     assert policy.next_wait(1, first_at=0, now=0, key="k", retry_after=90) == 90
 
 
+def test_retry_after_never_shortens_the_backoff():
+    # Retry-After is the least a client should wait. A server that answers "0" or an
+    # HTTP date in the past must not turn the backoff into a loop of instant attempts.
+    policy = Retry(initial_interval=5, maximum_interval=5, maximum_attempts=None, jitter=0)
+    for said in (0.0, -3.0, float("nan"), 2.0):
+        assert policy.next_wait(7, first_at=0, now=0, key="k", retry_after=said) == 5
+
+
+def test_a_retry_after_beyond_any_sane_wait_is_capped():
+    policy = Retry(maximum_attempts=None)
+    for said in (1e20, float("inf")):
+        assert policy.next_wait(1, first_at=0, now=0, key="k", retry_after=said) == \
+            RETRY_AFTER_LIMIT
+
+
 @pytest.mark.parametrize("bad", [dict(initial_interval=-1), dict(backoff_coefficient=0.5),
                                  dict(maximum_attempts=0), dict(jitter=2),
                                  dict(maximum_elapsed=-5)])
@@ -197,6 +213,14 @@ def test_short_waits_stay_in_the_worker_thread_and_each_attempt_is_an_event():
     assert all(e["status"] != r.WAITING for e in events(store, run_id, "status"))
     assert the_effect(store, run_id, "t.quick").attempts == 3
     assert len(set(TARGET["keys"])) == 1  # one effect, one key, for every attempt
+
+
+def test_a_server_that_keeps_saying_retry_after_0_gets_the_backoff_not_a_hot_loop():
+    store = MemoryStore()
+    run_id = launch(store, "fetcher", url="u")
+    fail_next("fetch", *[unavailable(retry_after=0) for _ in range(50)])
+    assert execute(store, run_id) == Outcome.WAITING  # the policy's 0.3 s: a durable wait
+    assert TARGET["keys"].count(the_effect(store, run_id, "t.fetch").key) == 1
 
 
 def test_a_permanent_error_fails_fast_and_says_so():

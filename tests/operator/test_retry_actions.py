@@ -1,9 +1,12 @@
 """A run waiting to retry a call, as operators and users see it, and the operator's
 "retry now" and "give up": audited, operators only, CSRF-checked; a refusal changes nothing."""
 
+import json
 import re
+from io import StringIO
 
 import pytest
+from django.core.management import call_command
 from django.test import Client
 
 from runs.durable import Outcome, ToolFailedError, TransientToolError, agent, tool
@@ -65,6 +68,16 @@ def test_the_run_page_the_dashboard_and_the_users_page_show_the_retry(ops, clien
     own_page = client.get(f"/runs/{retrying_run.pk}/")
     assert RETRYING.search(text(own_page))
     assert b"retry now / give up" not in own_page.content  # not an operator
+
+
+def test_runs_show_says_what_the_run_waits_to_retry(retrying_run):
+    out = StringIO()
+    call_command("runs", "show", retrying_run.pk, stdout=out)
+    assert RETRYING.search(out.getvalue())
+    out = StringIO()
+    call_command("runs", "show", retrying_run.pk, "--json", stdout=out)
+    shown = json.loads(out.getvalue())
+    assert RETRYING.search(shown["retrying"])
 
 
 def test_retry_now_starts_the_next_attempt_and_is_audited(ops, retrying_run):

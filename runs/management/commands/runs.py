@@ -13,6 +13,7 @@ from runs.durable import DurableError, Outcome, execute_run
 from runs.durable.records import FINAL_STATUSES, SUCCEEDED
 from runs.models import Run, RunEvent
 from runs.stalls import mark_stalls
+from runs.views.retrying import retrying
 
 
 class Command(BaseCommand):
@@ -179,6 +180,10 @@ class Command(BaseCommand):
         if run.stall:
             self.stdout.write(f"  STALLED since {run.stall.since.isoformat(timespec='seconds')}: "
                               f"{run.stall.why}")
+        retry = retrying(run.status, run.attention)
+        if retry:
+            self.stdout.write(f"  {retry.text()} (at "
+                              f"{retry.next_attempt_at.isoformat(timespec='seconds')})")
         if full:
             if run.lease_owner and run.lease_expires_at:
                 self.stdout.write(f"  lease: {run.lease_owner} until "
@@ -244,6 +249,8 @@ def _run_dict(run, full=False):
             "owner": run.owner.get_username() if run.owner else None,
             "created_at": run.created_at.isoformat(),
             "stall": run.stall.as_dict() if run.stall else None}
+    retry = retrying(run.status, run.attention)
+    data["retrying"] = retry.text() if retry else None
     if full:
         data.update(inputs=run.inputs, output=run.output, error=run.error,
                     attention=run.attention, epoch=run.epoch)

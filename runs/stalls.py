@@ -97,8 +97,17 @@ def stall_of(run, now: datetime | None = None, within: Limits | None = None) -> 
 
 
 def _timer_unclaimed(row: dict, now: datetime, within: Limits) -> Stall | None:
-    due = row["wake_at"]
-    if row["lease_owner"] or due is None or due >= now - within.unclaimed:
+    """A due timer nobody claims; or one whose claimer died before its first write
+    (the run is `waiting` from the claim until then)."""
+    due, owner, expires = row["wake_at"], row["lease_owner"], row["lease_expires_at"]
+    if due is None:
+        return None
+    if owner:
+        if expires is not None and expires < now - within.lease_grace:
+            return Stall(LEASE_LOST, expires, f"lease holder {holder(owner)} gone: its lease "
+                                              "ran out and no worker took the run over")
+        return None
+    if due >= now - within.unclaimed:
         return None
     return Stall(UNCLAIMED, due, f"timer due {span(now - due)} ago, no worker claimed it")
 
@@ -112,8 +121,8 @@ def stalled_q(now: datetime | None = None, within: Limits | None = None) -> Q:
     silent = Q(status=r.RUNNING) & held & lease_fresh & _silent_q(now, within)
     unclaimed = ~held & (Q(status=r.QUEUED, updated_at__lt=now - within.unclaimed)
                          | Q(status=r.RUNNING, updated_at__lt=now - within.lease_grace))
-    timer_unclaimed = Q(status=r.WAITING, lease_owner__isnull=True,
-                        wake_at__lt=now - within.unclaimed)
+    timer_unclaimed = Q(status=r.WAITING, wake_at__isnull=False) & (
+        (~held & Q(wake_at__lt=now - within.unclaimed)) | lease_lost)
     return (Q(status__in=STALLABLE) & (lease_lost | silent | unclaimed)) | timer_unclaimed
 
 

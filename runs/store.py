@@ -225,11 +225,15 @@ def live_effects(run_id: str, branch: int, after_step: int) -> list[r.EffectReco
 
 def due_runs_queryset(now: float):
     now_dt = to_dt(now)
+    # A waiting run stays `waiting` from its claim until the session's first write: a
+    # worker killed in between leaves its lease on a due timer, which is due again once
+    # that lease runs out (the claim's own condition).
+    unleased = Q(lease_owner__isnull=True) | Q(lease_expires_at__lte=now_dt)
     return Run.objects.filter(
         Q(status=r.QUEUED, lease_owner__isnull=True)
         | Q(status__in=[r.QUEUED, r.RUNNING], lease_expires_at__lte=now_dt)
         | Q(status=r.RUNNING, lease_owner__isnull=True)
-        | Q(status=r.WAITING, wake_at__lte=now_dt, lease_owner__isnull=True))
+        | (Q(status=r.WAITING, wake_at__lte=now_dt) & unleased))
 
 
 # --- row <-> record ------------------------------------------------------------------------

@@ -848,6 +848,21 @@ class StoreContract:
         assert store.load(run.id).run.output == {"before": "before sleep", "after": "after sleep"}
         assert WORLD.args == [("echo", "before sleep"), ("echo", "after sleep")]
 
+    def test_a_worker_that_dies_just_after_claiming_a_due_timer_leaves_it_due_again(self, store,
+                                                                                     clock):
+        # SIGKILL between the claim of a due waiting run (it stays `waiting` until the
+        # session writes) and its first write: the dead holder's lease must not keep the
+        # timer from ever being due again.
+        run = self.launch(store, "sleeper", {"seconds": 30})
+        assert self.execute(store, run.id) == Outcome.WAITING
+        clock.advance(31)
+        assert store.claim(run.id, "dead:1", LEASE, time.time()) is not None
+        assert store.load(run.id).run.status == r.WAITING
+        assert run.id not in store.due_runs(time.time())  # its lease still holds
+        clock.advance(LEASE + 1)
+        assert run.id in store.due_runs(time.time())
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+
     def test_a_short_sleep_blocks_inline(self, store):
         run = self.launch(store, "sleeper", {"seconds": 0.3})
         started = time.monotonic()

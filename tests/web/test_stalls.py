@@ -57,6 +57,10 @@ CASES = {
     "waiting on a timer due past the unclaimed limit, unclaimed":
         (run(status="waiting", owner=None, expires=None, moved=9999, wake_at=ago(61)),
          stalls.UNCLAIMED),
+    "waiting on a due timer whose claimer died before writing": (
+        run(status="waiting", expires=-30, moved=40, wake_at=ago(41)), stalls.LEASE_LOST),
+    "waiting on a due timer, just claimed": (run(status="waiting", moved=1, wake_at=ago(90)),
+                                             None),
     # never stalled, however old and unheld
     "waiting for input": (run(status="waiting", owner=None, expires=None, moved=9999,
                               attention={"kind": "input"}), None),

@@ -7,8 +7,7 @@ sandbox over real HTTP, so tests can count what arrived downstream.
 import os
 import time
 
-import httpx
-
+from builtin_agents.tools.http import HTTP_RETRY, request
 from runs.durable import Agent, Done, agent, tool
 
 
@@ -16,18 +15,20 @@ def sandbox_url() -> str:
     return os.environ.get("AGENTOPS_SANDBOX_URL", "http://127.0.0.1:8000/sandbox")
 
 
-@tool(idempotent=True)
+# The sandbox's tools retry as the built-in agents' do (for up to an hour, long waits as
+# durable timers): a run outlasts an outage of the outside world (the chaos suite's
+# sandbox_outage) instead of failing after a few tries in the worker thread. The
+# notification is not idempotent: it is retried only when it never reached the sandbox.
+@tool(idempotent=True, retry=HTTP_RETRY)
 def post_record(unit: str, value: int, *, idempotency_key: str) -> dict:
-    response = httpx.post(f"{sandbox_url()}/api/records", json={"unit": unit, "value": value},
-                          headers={"Idempotency-Key": idempotency_key}, timeout=10)
-    response.raise_for_status()
+    response = request("POST", f"{sandbox_url()}/api/records", idempotency_key=idempotency_key,
+                       json={"unit": unit, "value": value})
     return {"id": response.json()["id"]}
 
 
-@tool
+@tool(retry=HTTP_RETRY)
 def send_notification(unit: str) -> dict:
-    response = httpx.post(f"{sandbox_url()}/api/notifications", json={"unit": unit}, timeout=10)
-    response.raise_for_status()
+    response = request("POST", f"{sandbox_url()}/api/notifications", json={"unit": unit})
     return {"count": response.json()["count"]}
 
 

@@ -2,6 +2,7 @@
 
 import json
 import select
+import shlex
 import subprocess
 import sys
 import time
@@ -183,3 +184,12 @@ def test_watch_follows_a_live_run_from_the_moment_it_starts():
     final = Run.objects.get(pk=run["id"])
     assert watch.returncode == 0 and final.status == "succeeded"
     assert printed_seqs(out) == list(range(head + 1, final.event_seq + 1))
+
+
+def test_the_readme_examples_are_valid_command_lines():
+    parser = Command().create_parser("manage.py", "runs")
+    lines = [line.split("#")[0] for line in (ROOT / "README.md").read_text().splitlines()
+             if line.startswith("python manage.py runs ")]
+    assert len(lines) >= 5, "the README shows the command line"
+    for line in lines:
+        parser.parse_args(shlex.split(line)[3:])  # argparse exits on an invalid line

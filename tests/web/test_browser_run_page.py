@@ -1,0 +1,69 @@
+"""Chromium at 1280 px on the run page of a crawl-shaped run (tests/web/lister_agent.py):
+its effects table keeps the DURATION column in view, the STEP counter follows the log
+past the last checkpoint (live too), and the ETA does not promise an end while the
+agent's total grows faster than its work gets done."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+from django.db.models import F
+
+import tests.web.lister_agent  # noqa: F401  (registers lister)
+from runs.models import Run, RunEvent
+from tests.web.conftest import log_in, screenshot
+from tests.web.test_stalls_shown import hold
+
+pytestmark = [pytest.mark.browser, pytest.mark.services]
+
+LIVE = '#live-indicator[data-state="live"]'
+
+# Where each header and cell of the DURATION column ends, against the scrolled box's
+# visible right edge (its left plus clientWidth, which leaves out a scrollbar).
+DURATION_EDGES = """() => {
+  const box = document.querySelector('#panel-effects .table-wrap');
+  const visible = box.getBoundingClientRect().left + box.clientWidth;
+  const cells = [...document.querySelectorAll('#panel-effects tr > :last-child')];
+  return {visible, cells: cells.map(c => ({text: c.textContent.trim(),
+    right: c.getBoundingClientRect().right, clipped: c.scrollWidth > c.clientWidth}))};
+}"""
+
+
+def append_effect_event(run_id: str, step: int) -> None:
+    """An effect of a later step, as the engine writes it: the event and the run's head
+    in one transaction (the live feed follows event_seq)."""
+    with transaction.atomic():
+        Run.objects.filter(pk=run_id).update(event_seq=F("event_seq") + 1)
+        seq = Run.objects.get(pk=run_id).event_seq
+        RunEvent.objects.create(run_id=run_id, seq=seq, kind="effect", data={
+            "step": step, "seq": 0, "branch": 1, "tool": "tests.web.lister_agent.fetch_listing_page",
+            "key": f"{run_id}:1:{step}:0", "status": "done", "idempotent": True, "ms": 1.0})
+
+
+def test_the_run_page_at_1280_px(users, server, browser, launch_and_drive):
+    run = launch_and_drive("lister", {"fail_at": 14})  # checkpoints at steps 0, 5, 10
+    assert (run.status, run.step_no) == ("failed", 10)
+    hold(run.pk)  # a worker holds it again: a running run, so the page shows an ETA
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    log_in(page, server.url, "alice", "alice-pass-1")
+    page.goto(f"{server.url}/runs/{run.pk}/")
+    page.wait_for_selector(LIVE)
+
+    edges = page.evaluate(DURATION_EDGES)
+    assert [c["text"] for c in edges["cells"]][0] == "Duration"
+    assert len(edges["cells"]) == 15  # the header and 14 effects
+    for cell in edges["cells"]:
+        assert cell["right"] <= edges["visible"] + 0.5, (cell, edges["visible"])
+        assert not cell["clipped"], cell
+
+    assert page.inner_text("#run-step") == "14"  # the log's last step, not checkpoint 10's
+    assert page.inner_text("#run-eta") == "unknown: the total keeps growing"
+    screenshot(page, "run-page-1280")
+
+    append_effect_event(run.pk, 15)
+    page.wait_for_function("() => document.getElementById('run-step').textContent === '15'")
+    assert not errors, errors
+    context.close()

@@ -231,7 +231,12 @@
     panelBusy = true;
     panelLast = Date.now();
     const query = names.map((n) => "p=" + encodeURIComponent(n)).join("&");
-    window.htmx.ajax("GET", page.dataset.panelsUrl + "?" + query, {target: "#run-page", swap: "none"})
+    // Its own source element: htmx queues a request behind one in flight from the same
+    // element, keeps only the last one queued, and resolves the promise of a queued one at
+    // once. Sharing document.body with the checkpoint viewer dropped panels made stale
+    // while a checkpoint loaded (a cancelled run kept its "cancelling…").
+    window.htmx.ajax("GET", page.dataset.panelsUrl + "?" + query,
+                     {source: page, target: "#run-page", swap: "none"})
       .catch(() => names.forEach((n) => dirty.add(n)))
       .finally(() => { panelBusy = false; schedulePanels(); });
   }
@@ -304,7 +309,8 @@
     mark.classList.add("is-selected");
     if (shownCheckpoint === number) return;
     shownCheckpoint = number;
-    window.htmx.ajax("GET", mark.dataset.url, {target: "#checkpoint-state", swap: "innerHTML"});
+    window.htmx.ajax("GET", mark.dataset.url,
+                     {source: "#checkpoint-state", target: "#checkpoint-state", swap: "innerHTML"});
   }
 
   document.addEventListener("click", (event) => {

@@ -1,15 +1,19 @@
-"""Chromium at 1280 px on the run page of a crawl-shaped run (tests/web/lister_agent.py):
+"""Chromium on the run page. At 1280 px, a crawl-shaped run (tests/web/lister_agent.py):
 its effects table keeps the DURATION column in view, the STEP counter follows the log
 past the last checkpoint (live too), and the ETA does not promise an end while the
-agent's total grows faster than its work gets done."""
+agent's total grows faster than its work gets done. And the panels the live feed makes
+stale are all redrawn, even while a checkpoint's state is loading."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 from django.db import transaction
 from django.db.models import F
 
 import tests.web.lister_agent  # noqa: F401  (registers lister)
+from runs import services
 from runs.models import Run, RunEvent
 from tests.web.conftest import log_in, screenshot
 from tests.web.test_stalls_shown import hold
@@ -66,4 +70,40 @@ def test_the_run_page_at_1280_px(users, server, browser, launch_and_drive):
     append_effect_event(run.pk, 15)
     page.wait_for_function("() => document.getElementById('run-step').textContent === '15'")
     assert not errors, errors
+    context.close()
+
+
+def test_panels_made_stale_while_a_checkpoint_loads_are_not_dropped(
+        users, server, browser, launch_and_drive):
+    """A checkpoint's state is loading (held here) when the run is cancelled, then an effect
+    comes: the page refreshes the actions panel and then the effects panel. Both must be
+    drawn: the header says the run is cancelling, not still offer "Cancel run"."""
+    run = launch_and_drive("lister", {"fail_at": 14})
+    hold(run.pk)
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    log_in(page, server.url, "alice", "alice-pass-1")
+    page.goto(f"{server.url}/runs/{run.pk}/")
+    page.wait_for_selector(LIVE)
+    page.evaluate("""() => { window.panelCalls = []; const ajax = window.htmx.ajax;
+        window.htmx.ajax = function (verb, path, context) {
+          if (String(path).includes('/panels/')) window.panelCalls.push(String(path));
+          return ajax.apply(this, arguments); }; }""")
+    loading = []
+    page.route(f"**/runs/{run.pk}/checkpoints/**", lambda route: loading.append(route))
+    page.click("#panel-timeline .mark >> nth=1")
+    deadline = time.monotonic() + 20
+    while not loading:  # Playwright runs the route handler while this thread waits on it
+        assert time.monotonic() < deadline, "the checkpoint request never left the page"
+        page.wait_for_timeout(50)
+
+    services.run_cancel(run_id=run.pk, user=users["alice"], reason="enough")
+    page.wait_for_function("() => window.panelCalls.some(p => p.includes('p=actions'))")
+    append_effect_event(run.pk, 15)
+    page.wait_for_function("() => window.panelCalls.some(p => p.includes('p=effects'))")
+    loading[0].continue_()
+    page.wait_for_selector("#checkpoint-state h3")
+    page.wait_for_function("() => document.getElementById('panel-actions').textContent"
+                           ".includes('cancelling at the next effect boundary')", timeout=10_000)
+    assert page.locator("#panel-actions button").count() == 0
     context.close()

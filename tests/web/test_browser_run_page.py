@@ -1,8 +1,9 @@
 """Chromium on the run page. At 1280 px, a crawl-shaped run (tests/web/lister_agent.py):
 its effects table keeps the DURATION column in view, the STEP counter follows the log
 past the last checkpoint (live too), and the ETA does not promise an end while the
-agent's total grows faster than its work gets done. And the panels the live feed makes
-stale are all redrawn, even while a checkpoint's state is loading."""
+agent's total grows faster than its work gets done. And what the live feeds make stale is
+all redrawn: the run page's panels while a checkpoint's state loads, the run list's rows
+of runs that end together."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 import pytest
 from django.db import transaction
 from django.db.models import F
+from django.utils import timezone
 
 import tests.web.lister_agent  # noqa: F401  (registers lister)
 from runs import services
@@ -31,6 +33,15 @@ DURATION_EDGES = """() => {
   return {visible, cells: cells.map(c => ({text: c.textContent.trim(),
     right: c.getBoundingClientRect().right, clipped: c.scrollWidth > c.clientWidth}))};
 }"""
+
+
+def wait_in_browser(page, predicate, what: str, timeout: float = 20) -> None:
+    """Wait for a condition that route handlers make true: Playwright runs them only
+    while this thread is inside one of its calls, hence the short browser waits."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        page.wait_for_timeout(50)
 
 
 def append_effect_event(run_id: str, step: int) -> None:
@@ -92,10 +103,7 @@ def test_panels_made_stale_while_a_checkpoint_loads_are_not_dropped(
     loading = []
     page.route(f"**/runs/{run.pk}/checkpoints/**", lambda route: loading.append(route))
     page.click("#panel-timeline .mark >> nth=1")
-    deadline = time.monotonic() + 20
-    while not loading:  # Playwright runs the route handler while this thread waits on it
-        assert time.monotonic() < deadline, "the checkpoint request never left the page"
-        page.wait_for_timeout(50)
+    wait_in_browser(page, lambda: loading, "the checkpoint request")
 
     services.run_cancel(run_id=run.pk, user=users["alice"], reason="enough")
     page.wait_for_function("() => window.panelCalls.some(p => p.includes('p=actions'))")
@@ -107,3 +115,39 @@ def test_panels_made_stale_while_a_checkpoint_loads_are_not_dropped(
                            ".includes('cancelling at the next effect boundary')", timeout=10_000)
     assert page.locator("#panel-actions button").count() == 0
     context.close()
+
+
+def end_run(run_id: str) -> None:
+    """A run ends as the engine ends it: its row and its last event in one transaction."""
+    with transaction.atomic():
+        Run.objects.filter(pk=run_id).update(status="succeeded", event_seq=F("event_seq") + 1,
+                                             finished_at=timezone.now(), updated_at=timezone.now())
+        seq = Run.objects.get(pk=run_id).event_seq
+        RunEvent.objects.create(run_id=run_id, seq=seq, kind="status", data={"status": "succeeded"})
+
+
+def test_the_run_list_redraws_every_row_of_runs_that_end_together(users, server, browser_context):
+    """Three runs end while the first one's row is still being fetched (held here): each
+    ended row is fetched again from the server (its final duration), none is dropped."""
+    ids = [services.run_launch(user=users["alice"], agent="ticker", inputs={"steps": 2}).pk
+           for _ in range(3)]
+    page = browser_context.new_page()
+    log_in(page, server.url, "alice", "alice-pass-1")
+    page.wait_for_selector(LIVE)
+    asked, held = [], []
+
+    def rows(route):
+        asked.append(route.request.url.rsplit("id=", 1)[-1])
+        held.append(route) if len(asked) == 1 else route.continue_()
+
+    page.route("**/rows/?id=*", rows)
+    end_run(ids[0])
+    page.wait_for_selector(f"#run-row-{ids[0]} .status-succeeded")
+    wait_in_browser(page, lambda: held, "the first row's request")
+    end_run(ids[1])
+    page.wait_for_selector(f"#run-row-{ids[1]} .status-succeeded")
+    end_run(ids[2])
+    page.wait_for_selector(f"#run-row-{ids[2]} .status-succeeded")
+    held[0].continue_()
+    wait_in_browser(page, lambda: len(asked) >= 3, "a request for every ended row")
+    assert sorted(asked) == sorted(ids)

@@ -223,23 +223,34 @@
     panelTimer = setTimeout(refreshPanels, wait);
   }
 
+  let panelsAsked = [];
+
   function refreshPanels() {
     panelTimer = null;
     if (!window.htmx || !dirty.size) return;
     const names = Array.from(dirty);
     dirty.clear();
+    panelsAsked = names;
     panelBusy = true;
     panelLast = Date.now();
     const query = names.map((n) => "p=" + encodeURIComponent(n)).join("&");
     // Its own source element: htmx queues a request behind one in flight from the same
     // element, keeps only the last one queued, and resolves the promise of a queued one at
     // once. Sharing document.body with the checkpoint viewer dropped panels made stale
-    // while a checkpoint loaded (a cancelled run kept its "cancelling…").
+    // while a checkpoint loaded, and the header kept a state the run had left.
     window.htmx.ajax("GET", page.dataset.panelsUrl + "?" + query,
                      {source: page, target: "#run-page", swap: "none"})
       .catch(() => names.forEach((n) => dirty.add(n)))
       .finally(() => { panelBusy = false; schedulePanels(); });
   }
+
+  // A refresh the server did not answer (a 503 while the database is away) is asked for
+  // again: htmx resolves the request's promise all the same.
+  page.addEventListener("htmx:afterRequest", (event) => {
+    if (event.detail.elt === page && !event.detail.successful) {
+      panelsAsked.forEach((n) => dirty.add(n));
+    }
+  });
 
   // --- applying events ---------------------------------------------------------------------------
   function apply(ev) {

@@ -2,8 +2,8 @@
 its effects table keeps the DURATION column in view, the STEP counter follows the log
 past the last checkpoint (live too), and the ETA does not promise an end while the
 agent's total grows faster than its work gets done. And what the live feeds make stale is
-all redrawn: the run page's panels while a checkpoint's state loads, the run list's rows
-of runs that end together."""
+all redrawn: the run page's panels while a checkpoint's state loads or after the server
+refused a refresh, the run list's rows of runs that end together."""
 
 from __future__ import annotations
 
@@ -151,3 +151,28 @@ def test_the_run_list_redraws_every_row_of_runs_that_end_together(users, server,
     held[0].continue_()
     wait_in_browser(page, lambda: len(asked) >= 3, "a request for every ended row")
     assert sorted(asked) == sorted(ids)
+
+
+def test_a_panel_refresh_the_server_refused_is_asked_for_again(users, server, browser_context):
+    """The database is away for a moment when the run is cancelled: the first refresh of
+    the header gets a 503. The page asks again, and shows the cancelled run's header."""
+    run_id = services.run_launch(user=users["alice"], agent="ticker", inputs={"steps": 5}).pk
+    hold(run_id)
+    page = browser_context.new_page()
+    log_in(page, server.url, "alice", "alice-pass-1")
+    page.goto(f"{server.url}/runs/{run_id}/")
+    page.wait_for_selector(LIVE)
+    answered = []
+
+    def panels(route):
+        answered.append(503 if not answered else 200)
+        if answered[-1] == 503:
+            route.fulfill(status=503, body="the database is unavailable")
+        else:
+            route.continue_()
+
+    page.route(f"**/runs/{run_id}/panels/**", panels)
+    services.run_cancel(run_id=run_id, user=users["alice"], reason="enough")  # running: asks
+    page.wait_for_function("() => document.getElementById('panel-actions').textContent"
+                           ".includes('cancelling at the next effect boundary')", timeout=10_000)
+    assert answered[0] == 503 and answered[-1] == 200

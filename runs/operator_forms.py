@@ -66,6 +66,11 @@ class RunActionForm(ReasonForm):
         "retry_now": "Retry now",
         "give_up": "Give up retrying",
     }
+    # What cannot be taken back: the pages set these apart and ask before doing them.
+    CONFIRM = {
+        "cancel": "Cancel this run? It stops at its next effect boundary and cannot be resumed.",
+        "give_up": "Give up retrying? The call fails with a tool error the agent sees.",
+    }
     action = forms.ChoiceField(choices=list(ACTIONS.items()))
 
 

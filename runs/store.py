@@ -56,6 +56,9 @@ class OrmStore:
         self._notify_on_commit(row.id, 1)
         return run_record(row)
 
+    def get(self, run_id: str) -> r.RunRecord:
+        return run_record(self._get(run_id))
+
     def load(self, run_id: str) -> r.Loaded:
         row = self._get(run_id)
         checkpoint = (Checkpoint.objects.filter(run_id=run_id, branch=row.branch)
@@ -126,13 +129,11 @@ class OrmStore:
             if Run.objects.filter(pk=run_id, epoch=epoch, **guard).update(**fields) != 1:
                 self._get(run_id)  # RunNotFoundError if it is gone
                 raise FencedError(run_id, epoch)  # a newer owner claimed the run
-            row = Run.objects.values("epoch", "event_seq", "control", "checkpoint_count",
-                                     "agent").get(pk=run_id)
-            seq = row["event_seq"] - new_events
+            committed = Run.objects.get(pk=run_id)
+            seq = committed.event_seq - new_events
             if commit.supersede is not None:
-                s = commit.supersede
-                (Effect.objects.filter(run_id=run_id, superseded=False)
-                 .filter(Q(step_no__gt=s.after_step) | ~Q(branch__in=s.keep_branches))
+                (Effect.objects.filter(superseded_where(committed.branch, commit.supersede),
+                                       run_id=run_id, superseded=False)
                  .update(superseded=True))
             if commit.effects:
                 Effect.objects.bulk_create(
@@ -142,10 +143,10 @@ class OrmStore:
             events = list(commit.events)
             number = None
             if commit.checkpoint is not None:
-                number = commit.checkpoint.number or row["checkpoint_count"]
+                number = commit.checkpoint.number or committed.checkpoint_count
                 cp = checkpoint_row(run_id, commit.checkpoint, number)
                 cp.save(force_insert=True)
-                faults.hit("after_checkpoint_before_event", row["agent"])
+                faults.hit("after_checkpoint_before_event", committed.agent)
                 events.append(("checkpoint", {"number": number, "branch": cp.branch,
                                               "step": cp.step_no, "size": cp.size,
                                               "reason": cp.reason}))
@@ -156,8 +157,9 @@ class OrmStore:
                 a = commit.audit
                 AuditEntry.objects.create(run_id=run_id, actor=a.actor, action=a.action,
                                           reason=a.reason, before=a.before, after=a.after)
-            self._notify_on_commit(run_id, row["event_seq"])
-        return r.CommitResult(row["epoch"], row["event_seq"], row["control"], number)
+            self._notify_on_commit(run_id, committed.event_seq)
+        return r.CommitResult(committed.epoch, committed.event_seq, committed.control, number,
+                              run_record(committed))
 
     def renew(self, run_id: str, epoch: int, lease_expires_at: float) -> str | None:
         updated = Run.objects.filter(pk=run_id, epoch=epoch).update(
@@ -170,8 +172,10 @@ class OrmStore:
     def due_runs(self, now: float, limit: int = 100) -> list[str]:
         return list(due_runs_queryset(now).order_by("updated_at").values_list("id", flat=True)[:limit])
 
-    def history(self, run_id: str) -> r.History:
-        self._get(run_id)
+    def history(self, run_id: str, query: r.HistoryQuery | None = None) -> r.History:
+        row = self._get(run_id)
+        if query is not None:
+            return queried_history(row, query)
         checkpoints = Checkpoint.objects.filter(run_id=run_id).order_by("number")
         effects = Effect.objects.filter(run_id=run_id).order_by("started_at", "id")
         return r.History([checkpoint_record(c) for c in checkpoints],
@@ -191,6 +195,37 @@ class OrmStore:
     def _notify_on_commit(self, run_id: str, seq: int) -> None:
         if self.notify is not None:
             transaction.on_commit(lambda: self.notify(run_id, seq))
+
+
+def queried_history(row: Run, query: r.HistoryQuery) -> r.History:
+    """The parts of the run's history `query` names (see HistoryQuery)."""
+    forks = list(Checkpoint.objects.filter(run_id=row.pk, parent_number__isnull=False)
+                 if query.forks else [])
+    wanted = {c.parent_number for c in forks} | {query.checkpoint} - {None}
+    found = {c.number: checkpoint_record(c) for c in forks}
+    for c in Checkpoint.objects.filter(run_id=row.pk, number__in=wanted - set(found)):
+        found[c.number] = checkpoint_record(c)
+    target = found.get(query.checkpoint)
+    if target is not None and target.codec == serde.PATCH_CODEC:
+        found.update((base.number, base) for base in patch_bases(row.pk, target))
+    where = Q(pk__in=[])
+    if query.superseded_by is not None:
+        where |= superseded_where(row.branch, query.superseded_by)
+    if query.step is not None:
+        where |= Q(branch=query.step[0], step_no=query.step[1])
+    effects = Effect.objects.filter(where, run_id=row.pk, superseded=False)
+    return r.History(sorted(found.values(), key=lambda c: c.number),
+                     [effect_record(e) for e in effects.order_by("branch", "step_no", "seq")])
+
+
+def superseded_where(newest_branch: int, supersede: r.Supersede) -> Q:
+    """The live effects `supersede` marks: after its step on the kept branches, all of
+    them on the others (a run's branches are 1 to its newest, the live one). Named
+    branch by branch, so that the scan stays inside the partial index of live effects
+    and reads what it marks, not what earlier rollbacks marked."""
+    dropped = [b for b in range(1, newest_branch + 1) if b not in supersede.keep_branches]
+    return (Q(branch__in=supersede.keep_branches, step_no__gt=supersede.after_step)
+            | Q(branch__in=dropped) | Q(branch__gt=newest_branch))
 
 
 def patch_bases(run_id: str, checkpoint: r.CheckpointRecord) -> list[r.CheckpointRecord]:

@@ -761,10 +761,13 @@ class StoreContract:
         preview = control.rollback_preview(store, run.id, checkpoint=start.number)
         assert preview["checkpoint"] == start.number and preview["step"] == 0
         assert [e["tool"] for e in preview["effects"]] == ["tests.post_record", "tests.echo"]
-        assert [e["tool"] for e in preview["idempotent"]] == ["tests.post_record"]
-        assert [e["tool"] for e in preview["not_idempotent"]] == ["tests.echo"]
-        assert preview["steps_undone"] == 1
-        assert preview["not_idempotent"][0]["key"] == idempotency_key(run.id, 1, 1, 1)
+        assert [e["idempotent"] for e in preview["effects"]] == [True, False]
+        assert preview["by_tool"] == [
+            {"tool": "tests.post_record", "calls": 1, "not_idempotent": 0, "reached": 0},
+            {"tool": "tests.echo", "calls": 1, "not_idempotent": 1, "reached": 1}]
+        assert (preview["not_idempotent"], preview["reached"]) == (1, 1)
+        assert preview["steps_undone"] == 1 and preview["stays_paused"] is False
+        assert preview["effects"][1]["key"] == idempotency_key(run.id, 1, 1, 1)
         with pytest.raises(CheckpointNotFoundError):
             control.rollback_preview(store, run.id, checkpoint=999)
 

@@ -76,9 +76,11 @@ def run_give_up(*, run_id: str, user, reason: str = "") -> Run:
     return _after(control.give_up(store(), run_id, actor=_actor(user), reason=reason))
 
 
-def run_rollback(*, run_id: str, checkpoint: int, user, reason: str = "") -> Run:
+def run_rollback(*, run_id: str, checkpoint: int, user, reason: str = "",
+                 resume: bool | None = None) -> Run:
+    """`resume`: the new branch runs, or waits paused; None: a paused run stays paused."""
     return _after(control.rollback(store(), run_id, checkpoint=checkpoint, actor=_actor(user),
-                                   reason=reason))
+                                   reason=reason, resume=resume))
 
 
 def run_resolve_effect(*, run_id: str, seq: int, resolution: str, user, reason: str = "",

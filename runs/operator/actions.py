@@ -55,10 +55,9 @@ def act(request, run_id):
 @require_http_methods(["GET", "POST"])
 @operator_required
 def rollback(request, run_id):
-    """GET ?checkpoint=k: what rolling back to k undoes. POST: do it, with a reason."""
+    """GET ?checkpoint=k: what rolling back to k undoes. POST: do it, with a reason and
+    the choice of resuming or staying paused."""
     run = get_object_or_404(Run.objects.select_related("owner"), pk=run_id)
-    form = RollbackForm(request.POST or None,
-                        initial={"checkpoint": request.GET.get("checkpoint")})
     number = _int(request.POST.get("checkpoint") or request.GET.get("checkpoint"))
     preview, error = None, None
     if number is None:
@@ -68,15 +67,16 @@ def rollback(request, run_id):
             preview = services.run_rollback_preview(run_id=run.pk, checkpoint=number)
         except DurableError as exc:
             error = str(exc)
+    then = "pause" if preview and preview["stays_paused"] else "resume"
+    form = RollbackForm(request.POST or None, initial={"checkpoint": number, "then": then})
     if request.method == "POST" and preview is not None and form.is_valid():
         try:
             services.run_rollback(run_id=run.pk, checkpoint=number, user=request.user,
-                                  reason=form.cleaned_data["reason"])
+                                  reason=form.cleaned_data["reason"], resume=form.resume())
         except DurableError as exc:
             error = str(exc)
         else:
-            messages.success(request, f"Rolled back to checkpoint {number}: the run continues "
-                                      "on a new branch with new idempotency keys.")
+            messages.success(request, _rolled_back(number, form.resume()))
             return redirect("operator:run", run_id=run.pk)
     if request.method == "POST":  # not done: a form error (400) or the engine refused (409)
         status = 409 if error and form.is_valid() else 400
@@ -84,7 +84,14 @@ def rollback(request, run_id):
         status = 400 if error else 200
     return render(request, "operator/rollback.html",
                   {"run": run, "form": form, "preview": preview, "error": error,
-                   "checkpoint": number}, status=status)
+                   "checkpoint": number, **selectors.rollback_pages(preview, request.GET)},
+                  status=status)
+
+
+def _rolled_back(number: int, resumed: bool) -> str:
+    then = "it is queued to run" if resumed else "it is paused: resume it when ready"
+    return (f"Rolled back to checkpoint {number}: the run continues on a new branch with new "
+            f"idempotency keys; {then}.")
 
 
 @require_POST

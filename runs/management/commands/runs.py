@@ -56,6 +56,9 @@ class Command(BaseCommand):
         p = sub.add_parser("rollback")
         p.add_argument("run_id")
         p.add_argument("--checkpoint", type=int, required=True)
+        p.add_argument("--then", choices=["resume", "pause"], default=None,
+                       help="after the rollback the run resumes, or stays paused "
+                            "(default: paused if it was paused, else it resumes)")
         p.add_argument("--reason", default="")
         p.add_argument("--user", default=None)
         p.add_argument("--preview", action="store_true", help="only show what would be undone")
@@ -142,8 +145,10 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(services.run_rollback_preview(
                 run_id=run_id, checkpoint=opts["checkpoint"]), indent=2))
             return
+        then = {"resume": True, "pause": False}.get(opts["then"])
         self._print_run(services.run_rollback(run_id=run_id, checkpoint=opts["checkpoint"],
-                                              user=_actor(opts), reason=opts["reason"]))
+                                              user=_actor(opts), reason=opts["reason"],
+                                              resume=then))
 
     def do_resolve(self, opts):
         result = _json_arg(opts["result"], "--result")

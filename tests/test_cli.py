@@ -83,3 +83,13 @@ def test_operator_subcommands_record_audit_entries():
                        ("rollback", "cli", "again")]
     with pytest.raises(CommandError, match="cannot resolve an effect"):
         runs("resolve", run["id"], "--effect", "0", "--as", "done")
+
+
+def test_rollback_previews_as_json_and_can_leave_the_run_paused():
+    run = json.loads(runs("launch", "ticker", "--input", '{"steps": 2, "delay": 0}', "--json"))
+    runs("execute", run["id"])
+    preview = json.loads(runs("rollback", run["id"], "--checkpoint", "1", "--preview"))
+    assert preview["checkpoint"] == 1 and preview["steps_undone"] == 2
+    runs("rollback", run["id"], "--checkpoint", "1", "--then", "pause", "--reason", "look first")
+    assert (Run.objects.get(pk=run["id"]).status, Run.objects.get(pk=run["id"]).branch) == \
+        ("paused", 2)

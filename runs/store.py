@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from datetime import timezone as dt_timezone
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, transaction
 from django.db.models import F, Q
 
 from runs import store_pg
@@ -22,6 +22,12 @@ from runs.durable.faults import faults
 from runs.models import AuditEntry, Checkpoint, Effect, Run, RunEvent
 
 RUN_TIME_FIELDS = {"lease_expires_at", "wake_at", "suspended_at", "created_at", "updated_at"}
+# the Run columns a RunRecord carries (its `owner` is the owner_id)
+RECORD_COLUMNS = ("id", "agent", "agent_version", "inputs", "status", "branch", "step_no",
+                  "epoch", "lease_owner", "lease_expires_at", "control", "output", "error",
+                  "attention", "progress_done", "progress_total", "progress_message",
+                  "wake_at", "crash_count", "crash_step", "event_seq", "created_at",
+                  "updated_at", "suspended_at")
 LOAD_PAGE = 500  # effects read a query at a time on resume (see live_effects)
 EFFECT_UPDATE_FIELDS = ["status", "result", "error", "attempts", "finished_at", "resolution",
                         "superseded", "worker", "started_at", "epoch"]
@@ -279,6 +285,16 @@ def run_record(row: Run) -> r.RunRecord:
         crash_count=row.crash_count, crash_step=row.crash_step, event_seq=row.event_seq,
         created_at=to_ts(row.created_at), updated_at=to_ts(row.updated_at),
         suspended_at=to_ts(row.suspended_at), owner=str(row.owner_id or ""))
+
+
+def run_row(record: r.RunRecord) -> Run:
+    """The Run model of a record as the store wrote it, without reading it back: the
+    columns the record does not carry are deferred (read if someone asks)."""
+    values = {f: getattr(record, f) for f in RECORD_COLUMNS}
+    values.update({name: to_dt(values[name]) for name in RUN_TIME_FIELDS})
+    values["owner_id"] = int(record.owner) if str(record.owner).isdigit() else None
+    names = [f.attname for f in Run._meta.concrete_fields if f.attname in values]  # its order
+    return Run.from_db(DEFAULT_DB_ALIAS, names, [values[name] for name in names])
 
 
 def checkpoint_record(row: Checkpoint) -> r.CheckpointRecord:

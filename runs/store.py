@@ -29,6 +29,7 @@ RECORD_COLUMNS = ("id", "agent", "agent_version", "inputs", "status", "branch", 
                   "wake_at", "crash_count", "crash_step", "event_seq", "created_at",
                   "updated_at", "suspended_at")
 LOAD_PAGE = 500  # effects read a query at a time on resume (see live_effects)
+COMMIT_READ = ("epoch", "event_seq", "control", "checkpoint_count", "agent", "branch")
 EFFECT_UPDATE_FIELDS = ["status", "result", "error", "attempts", "finished_at", "resolution",
                         "superseded", "worker", "started_at", "epoch"]
 
@@ -135,7 +136,10 @@ class OrmStore:
             if Run.objects.filter(pk=run_id, epoch=epoch, **guard).update(**fields) != 1:
                 self._get(run_id)  # RunNotFoundError if it is gone
                 raise FencedError(run_id, epoch)  # a newer owner claimed the run
-            committed = Run.objects.get(pk=run_id)
+            # An operator's action hands the whole run back; a worker's write (every
+            # commit on SQLite) needs a few columns, not the inputs and the output.
+            rows = Run.objects if commit.audit is not None else Run.objects.only(*COMMIT_READ)
+            committed = rows.get(pk=run_id)
             seq = committed.event_seq - new_events
             if commit.supersede is not None:
                 (Effect.objects.filter(superseded_where(committed.branch, commit.supersede),
@@ -165,7 +169,7 @@ class OrmStore:
                                           reason=a.reason, before=a.before, after=a.after)
             self._notify_on_commit(run_id, committed.event_seq)
         return r.CommitResult(committed.epoch, committed.event_seq, committed.control, number,
-                              run_record(committed))
+                              run_record(committed) if commit.audit is not None else None)
 
     def renew(self, run_id: str, epoch: int, lease_expires_at: float) -> str | None:
         updated = Run.objects.filter(pk=run_id, epoch=epoch).update(

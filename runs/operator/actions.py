@@ -10,6 +10,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from runs import services
 from runs.durable import DurableError
+from runs.durable.control import stays_paused
 from runs.models import Run
 from runs.operator import selectors
 from runs.operator.views import operator_required, run_context
@@ -56,20 +57,13 @@ def act(request, run_id):
 @operator_required
 def rollback(request, run_id):
     """GET ?checkpoint=k: what rolling back to k undoes. POST: do it, with a reason and
-    the choice of resuming or staying paused."""
+    the choice of resuming or staying paused (the preview is read only to be shown)."""
     run = get_object_or_404(Run.objects.select_related("owner"), pk=run_id)
     number = _int(request.POST.get("checkpoint") or request.GET.get("checkpoint"))
-    preview, error = None, None
-    if number is None:
-        error = "Choose a checkpoint number."
-    else:
-        try:
-            preview = services.run_rollback_preview(run_id=run.pk, checkpoint=number)
-        except DurableError as exc:
-            error = str(exc)
-    then = "pause" if preview and preview["stays_paused"] else "resume"
+    then = "pause" if stays_paused(run) else "resume"
     form = RollbackForm(request.POST or None, initial={"checkpoint": number, "then": then})
-    if request.method == "POST" and preview is not None and form.is_valid():
+    error = None if number is not None else "Choose a checkpoint number."
+    if request.method == "POST" and number is not None and form.is_valid():
         try:
             services.run_rollback(run_id=run.pk, checkpoint=number, user=request.user,
                                   reason=form.cleaned_data["reason"], resume=form.resume())
@@ -78,6 +72,12 @@ def rollback(request, run_id):
         else:
             messages.success(request, _rolled_back(number, form.resume()))
             return redirect("operator:run", run_id=run.pk)
+    preview = None
+    if number is not None:
+        try:
+            preview = services.run_rollback_preview(run_id=run.pk, checkpoint=number)
+        except DurableError as exc:
+            error = error or str(exc)
     if request.method == "POST":  # not done: a form error (400) or the engine refused (409)
         status = 409 if error and form.is_valid() else 400
     else:

@@ -75,7 +75,18 @@ class RunActionForm(ReasonForm):
 
 
 class RollbackForm(ReasonForm):
+    THEN = {
+        "pause": "Stay paused on the new branch (resume it when ready)",
+        "resume": "Resume: the new branch starts at once",
+    }
     checkpoint = forms.IntegerField(min_value=1)
+    then = forms.ChoiceField(choices=list(THEN.items()), widget=forms.RadioSelect,
+                             label="After the rollback",
+                             error_messages={"required": "Choose whether the run resumes or "
+                                                         "stays paused after the rollback."})
+
+    def resume(self) -> bool:
+        return self.cleaned_data["then"] == "resume"
 
 
 class JSONField(forms.CharField):

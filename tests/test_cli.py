@@ -193,3 +193,13 @@ def test_the_readme_examples_are_valid_command_lines():
     assert len(lines) >= 5, "the README shows the command line"
     for line in lines:
         parser.parse_args(shlex.split(line)[3:])  # argparse exits on an invalid line
+
+
+def test_rollback_previews_as_json_and_can_leave_the_run_paused():
+    run = json.loads(runs("launch", "ticker", "--input", '{"steps": 2, "delay": 0}', "--json"))
+    runs("execute", run["id"])
+    preview = json.loads(runs("rollback", run["id"], "--checkpoint", "1", "--preview"))
+    assert preview["checkpoint"] == 1 and preview["steps_undone"] == 2
+    runs("rollback", run["id"], "--checkpoint", "1", "--then", "pause", "--reason", "look first")
+    assert (Run.objects.get(pk=run["id"]).status, Run.objects.get(pk=run["id"]).branch) == \
+        ("paused", 2)

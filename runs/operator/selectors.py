@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
+from django.core.paginator import Paginator
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
@@ -244,3 +245,21 @@ def _split_owner(owner: str) -> tuple[str, int]:
         return parts[0], int(parts[1])
     except (IndexError, ValueError):
         return owner, 0
+
+
+# --- the rollback preview ----------------------------------------------------------------
+PREVIEW_FEW = 5  # calls shown at each end of what a rollback supersedes
+PREVIEW_PAGE = 25
+
+
+def rollback_pages(preview: dict | None, query) -> dict:
+    """The first and last few superseded calls, and one page of all of them: the page
+    stays short (and its Confirm button on screen) whatever the rollback undoes."""
+    if preview is None:
+        return {}
+    effects = preview["effects"]
+    few = PREVIEW_FEW
+    ends = (effects, []) if len(effects) <= 2 * few else (effects[:few], effects[-few:])
+    return {"first_effects": ends[0], "last_effects": ends[1],
+            "effects_page": Paginator(effects, PREVIEW_PAGE).get_page(query.get("page")),
+            "listing_open": "page" in query}

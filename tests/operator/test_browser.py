@@ -52,10 +52,10 @@ def test_operator_flow_in_a_browser(operator_page, server, start_cluster, faults
     page.select_option('#rollback-pick select[name="checkpoint"]', "3")
     page.click('#rollback-pick button[type="submit"]')
     page.wait_for_selector("#rollback-preview")
-    assert page.locator("#idempotent-effects tbody tr[data-key]").count() >= 2
-    assert page.locator("#not-idempotent-effects tbody tr[data-key]").count() >= 2
-    assert "write_entry" in page.inner_text("#idempotent-effects")
-    assert "charge" in page.inner_text("#not-idempotent-effects")
+    assert page.locator("#first-effects tbody tr[data-key]").count() >= 2
+    assert "write_entry" in page.inner_text("#undone-by-tool")
+    assert "charge" in page.inner_text("#undone-by-tool")
+    assert page.is_checked('#rollback-then input[value="resume"]')  # it was running
     page.fill('#rollback-confirm input[name="reason"]', "browser rollback")
     page.click('#rollback-confirm button[type="submit"]')
     page.wait_for_url(url)

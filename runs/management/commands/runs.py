@@ -118,9 +118,15 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(services.run_rollback_preview(
                 run_id=run_id, checkpoint=opts["checkpoint"]), indent=2))
             return
-        data = _valid(RollbackForm({"checkpoint": opts["checkpoint"], "reason": opts["reason"]}))
+        # Without --then the engine's own default decides (control.stays_paused), as the
+        # page's preselected choice does.
+        then = opts["then"] or "resume"
+        data = _valid(RollbackForm({"checkpoint": opts["checkpoint"], "reason": opts["reason"],
+                                    "then": then}))
+        resume = data["then"] == "resume" if opts["then"] else None
         self._print_run(services.run_rollback(run_id=run_id, checkpoint=data["checkpoint"],
-                                              user=_actor(opts), reason=data["reason"]))
+                                              user=_actor(opts), reason=data["reason"],
+                                              resume=resume))
 
     def do_resolve(self, opts):
         run_id = _get(opts["run_id"]).id
@@ -257,6 +263,9 @@ def _add_control_subcommands(sub):
     _add_control_arguments(p)
     p.add_argument("--checkpoint", type=int, required=True, metavar="K",
                    help="the checkpoint's number")
+    p.add_argument("--then", choices=["resume", "pause"], default=None,
+                   help="after the rollback the run resumes, or stays paused "
+                        "(default: paused if it was paused, else it resumes)")
     p.add_argument("--preview", action="store_true",
                    help="only show what would be undone (needs no reason)")
     p = _subcommand(sub, "resolve", "answer an in-doubt effect (it happened, retry it, skip it)")

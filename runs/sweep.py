@@ -15,12 +15,12 @@ import socket
 import time
 from datetime import timedelta
 
-import psutil
 from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 from django_q.brokers import get_broker
 
+from runs.cluster.roles import is_alive
 from runs.models import Run
 from runs.store import due_runs_queryset
 from runs.worker import enqueue_run
@@ -63,16 +63,9 @@ def expire_dead_local_leases() -> int:
                               status__in=["queued", "running", "waiting"])
     expired = 0
     for run_id, owner in held.values_list("id", "lease_owner"):
-        if not _alive(int(owner.split(":")[1])):
+        if not is_alive(int(owner.split(":")[1])):
             expired += Run.objects.filter(pk=run_id, lease_owner=owner).update(
                 lease_expires_at=timezone.now())
     if expired:
         logger.info("expired %d lease(s) of dead local workers", expired)
     return expired
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False

@@ -9,6 +9,7 @@ while holding its queue's lock leaves the reincarnated workers blocked on it."""
 import os
 import signal
 
+import psutil
 import pytest
 
 from runs.cluster import roles
@@ -58,11 +59,29 @@ def assert_runs_intact(run_ids):
     assert len(assert_outside_world_clean(run_ids)) == len(run_ids) * STEPS
 
 
+def the_one(cluster, role) -> int | None:
+    pids = cluster.role_pids(role)
+    return pids[0] if len(pids) == 1 else None
+
+
+def no_orphans(cluster) -> bool:
+    """Every live process of the cluster hangs under its one live main and sentinel:
+    none was left running with nobody watching it."""
+    main, sentinel = the_one(cluster, "main"), the_one(cluster, "sentinel")
+    if not (main and sentinel):
+        return False
+    try:
+        parents = {psutil.Process(pid).ppid() for role in ("worker", "pusher", "monitor")
+                   for pid in cluster.role_pids(role)}
+        return psutil.Process(sentinel).ppid() == main and parents == {sentinel}
+    except psutil.NoSuchProcess:  # one just ended: look again
+        return False
+
+
 def heartbeat_is_truthful(cluster, dead: list[int]) -> bool:
     """The live main's row lists its tree as the kernel sees it, and no row lists a
     process that is gone as alive."""
-    [main] = cluster.role_pids("main")
-    row = WorkerHeartbeat.objects.filter(pid=main).first()
+    row = WorkerHeartbeat.objects.filter(pid=the_one(cluster, "main")).first()
     if row is None:
         return False
     listed_alive = {p["pid"]: p["role"] for p in row.processes if p["alive"]}
@@ -86,22 +105,27 @@ def test_any_process_killed_loses_and_repeats_nothing(target, phase, server, sta
         os.kill(pid, signal.SIGKILL)
     run_ids = run_ids or launch_steps(2, steps=STEPS, delay=0.05)
     assert_runs_intact(run_ids)
-    wait_until(cluster.tree_ready, 20, message="the tree to be whole again")
+    wait_until(lambda: cluster.tree_ready() and no_orphans(cluster), 20,
+               message="the tree to be whole again, with no orphan")
     wait_until(lambda: heartbeat_is_truthful(cluster, killed), 10,
                message="a heartbeat that matches the processes")
 
 
-def test_a_stopped_idle_worker_does_not_stall_the_cluster(server, start_cluster):
-    cluster = start_cluster(workers=2, supervised=True, **sandbox_env(server))
+@pytest.mark.parametrize("role", ["worker", "pusher", "sentinel", "main"])
+def test_a_frozen_process_does_not_stall_the_cluster(role, server, start_cluster):
+    # SIGSTOP kills nothing the parent could see: the watchdog (worker, pusher), the
+    # main's check of its sentinel and the supervisor's check of the main end it.
+    cluster = start_cluster(workers=2, supervised=True, AGENTOPS_MAIN_STALE=3,
+                            **sandbox_env(server))
     wait_until(cluster.tree_ready, 30, message="a whole, idle worker tree")
-    frozen = queue_lock_holder(cluster)
+    [frozen] = [queue_lock_holder(cluster)] if role == "worker" else cluster.role_pids(role)
     os.kill(frozen, signal.SIGSTOP)
     try:
         run_ids = launch_steps(2, steps=STEPS, delay=0.05)
         assert_runs_intact(run_ids)
+        wait_until(lambda: not roles.is_alive(frozen), 10, message="the frozen process to be ended")
     finally:
         if roles.is_alive(frozen):
             os.kill(frozen, signal.SIGCONT)
-    wait_until(lambda: not roles.is_alive(frozen), 10, message="the frozen worker to be ended")
     wait_until(lambda: heartbeat_is_truthful(cluster, [frozen]), 10,
                message="a heartbeat that matches the processes")

@@ -28,14 +28,17 @@ from runs.worker import enqueue_run
 logger = logging.getLogger("agentops.sweep")
 
 
-def sweep(limit: int = 500) -> int:
+def sweep(limit: int = 500, tasks_lost: bool = False) -> int:
     """Enqueue due runs; return how many were enqueued.
 
     A run whose task was enqueued but not taken may have its task stuck in the
     local queue of a cluster whose worker is frozen or dead; the task is then
     re-enqueued (duplicates are harmless: the claim decides). When the broker
     has a backlog, an unclaimed run is simply waiting its turn, so re-enqueueing
-    is held back to the slow REQUEUE_AFTER_SECONDS.
+    is held back to the slow REQUEUE_AFTER_SECONDS. `tasks_lost`: this host's
+    cluster has just thrown its local queues away (a new generation, a new
+    cluster, a new qcluster: runs/cluster/), with whatever tasks they held, so
+    every due run gets a task now rather than after REQUEUE_STUCK_SECONDS.
     """
     if settings.AGENTOPS["DETECT_DEAD_LOCAL_WORKERS"]:
         expire_dead_local_leases()
@@ -44,6 +47,8 @@ def sweep(limit: int = 500) -> int:
     backlog = get_broker().queue_size()
     wait = conf["REQUEUE_STUCK_SECONDS"] if backlog < settings.Q_CLUSTER["workers"] else \
         conf["REQUEUE_AFTER_SECONDS"]
+    if tasks_lost:
+        wait = 0
     stale = now - timedelta(seconds=wait)
     not_enqueued = Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=stale)
     due = list(due_runs_queryset(time.time()).filter(not_enqueued)

@@ -29,7 +29,7 @@ from django_q.conf import Conf
 
 from runs.cluster import roles
 from runs.cluster.lifelines import describe_exit
-from runs.cluster.sentinel import GenerationalSentinel, new_beat
+from runs.cluster.sentinel import GenerationalSentinel, new_pulse
 
 logger = logging.getLogger("agentops.cluster")
 
@@ -47,11 +47,12 @@ class SelfHealingCluster(Cluster):
         roles.set_title(roles.MAIN, self.name)
         self.stop_event = get_mp_context().Event()
         self.start_event = get_mp_context().Event()
-        self.beat = new_beat()
+        self.pulse = new_pulse()
+        self.generation_seen = 0
         self.sentinel = get_mp_context().Process(
             target=GenerationalSentinel, name=f"sentinel-{uuid.uuid4().hex[:6]}",
             args=(self.stop_event, self.start_event, self.cluster_id, os.getpid(),
-                  self.beat, self.broker, self.timeout))
+                  self.pulse, self.broker, self.timeout))
         self.sentinel.start()
         logger.info("cluster %s starting (sentinel %s)", self.name, self.sentinel.pid)
         deadline = time.monotonic() + settings.AGENTOPS["SENTINEL_STALE_SECONDS"]
@@ -71,10 +72,18 @@ class SelfHealingCluster(Cluster):
                 return f"sentinel {sentinel.pid} is stopped"
         except psutil.NoSuchProcess:
             return f"sentinel {sentinel.pid} is gone"
-        silent = time.time() - self.beat.value
+        silent = time.time() - self.pulse.beat
         if silent > settings.AGENTOPS["SENTINEL_STALE_SECONDS"]:
             return f"sentinel {sentinel.pid}'s guard loop has been silent for {silent:.0f} s"
         return None
+
+
+    def new_generation(self) -> bool:
+        """Whether the sentinel began a generation since the last call (its old
+        queues' tasks are gone: the sweep re-enqueues due runs at once)."""
+        generation = self.pulse.generation
+        began, self.generation_seen = generation != self.generation_seen, generation
+        return began
 
 
 class ClusterStartFailed(RuntimeError):

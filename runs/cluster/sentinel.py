@@ -28,6 +28,7 @@ The guard loop also
 * never waits on a lock a dead process may hold (a worker's timer Value is read
   without its lock, and decremented only if the lock is free),
 * beats a shared clock the main process watches (runs/cluster/main.py), and
+  tells it when a generation began, and
 * runs the watchdog (runs/cluster/watchdog.py).
 
 Every child asks the kernel to signal it when the sentinel dies
@@ -36,12 +37,13 @@ Every child asks the kernel to signal it when the sentinel dies
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
 import time
 import uuid
-from multiprocessing import Value
+from multiprocessing.sharedctypes import RawValue
 
 import psutil
 from django import db
@@ -95,11 +97,11 @@ class PatientBroker:
 
 
 class GenerationalSentinel(Sentinel):
-    def __init__(self, stop_event, start_event, cluster_id, main_pid, beat,
+    def __init__(self, stop_event, start_event, cluster_id, main_pid, pulse,
                  broker=None, timeout=None):
         die_with_parent(main_pid, signal.SIGKILL)
         roles.mark(roles.SENTINEL)
-        self.beat = beat
+        self.pulse = pulse
         self.generation = 0
         self.draining: list[tuple] = []   # (process, kill-after monotonic time)
         self.watchdog = Watchdog(settings.AGENTOPS["WATCHDOG_SECONDS"])
@@ -140,7 +142,7 @@ class GenerationalSentinel(Sentinel):
         logger.info("sentinel %s guarding cluster %s", os.getpid(), self.cluster_id)
         self.start_event.set()
         while True:
-            self.beat.value = time.time()
+            self.pulse.beat = time.time()
             for duty in (self.tend, self.reap_draining, self.schedule, self.save_stat):
                 try:
                     duty()
@@ -188,6 +190,7 @@ class GenerationalSentinel(Sentinel):
                      self.cluster_id, reason, self.generation + 1)
         self.retire(self.pool, self.pusher, self.monitor)
         self.generation += 1
+        self.pulse.generation = self.generation
         self.task_queue = Queue(maxsize=Conf.QUEUE_LIMIT) if Conf.QUEUE_LIMIT else Queue()
         self.result_queue = Queue()
         self.spawn_cluster()
@@ -264,7 +267,13 @@ def _stopped(process) -> bool:
         return False
 
 
-def new_beat():
-    """The sentinel's guard-loop clock, shared with the main process: a plain double
-    in shared memory, with no lock a dead process could hold."""
-    return Value("d", time.time(), lock=False)
+class Pulse(ctypes.Structure):
+    """What the sentinel tells its main process, in shared memory with no lock a dead
+    process could hold: when its guard loop last ran, and its generation (the main
+    re-enqueues due runs at once when a generation took its queues' tasks away)."""
+
+    _fields_ = [("beat", ctypes.c_double), ("generation", ctypes.c_int)]
+
+
+def new_pulse() -> Pulse:
+    return RawValue(Pulse, time.time(), 0)

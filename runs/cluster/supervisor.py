@@ -7,7 +7,8 @@ killed or freeze. The supervisor holds no database connection and no thread,
 so there is little in it to break. It
 
 * runs qcluster as a child in a process group of its own, and starts a new one
-  (after a short backoff when they die young) whenever it exits;
+  whenever it exits (at once if it had got its cluster working, else after a
+  backoff that doubles up to MAX_BACKOFF: a broken setting fails again);
 * watches the main's progress: the main touches a file every tick of its loop
   (`report_progress`); silent for MAIN_STALE_SECONDS means frozen: the whole
   group is killed and a new qcluster started;
@@ -66,6 +67,7 @@ class Supervisor:
         self.progress = Path(tempfile.mkstemp(prefix="agentops-progress-")[1])
         self.child: subprocess.Popen | None = None
         self.started_at = 0.0
+        self.started_wall = 0.0
         self.backoff = 0.0
         self.next_start = 0.0
         self.old_groups: dict[int, float] = {}  # process group -> SIGKILL after
@@ -99,11 +101,12 @@ class Supervisor:
         self.end_groups()
 
     def start(self) -> None:
-        self.progress.touch()
+        os.utime(self.progress, (0, 0))  # "not yet": the new main reports by touching it
         env = dict(os.environ, **{PROGRESS_FILE_ENV: str(self.progress),
                                   SUPERVISOR_PID_ENV: str(os.getpid())})
         self.child = subprocess.Popen(self.argv, env=env, process_group=0)
         self.started_at = time.monotonic()
+        self.started_wall = time.time()
         logger.info("started qcluster %s", self.child.pid)
 
     def child_ended(self, how: str) -> None:
@@ -115,11 +118,19 @@ class Supervisor:
         if self.stopping:
             return
         lived = time.monotonic() - self.started_at
-        self.backoff = 0.0 if lived >= HEALTHY_AFTER else \
+        # One that got its cluster working (it reported progress) was killed or broke:
+        # start the next at once. One that never did may fail again the same way.
+        self.backoff = 0.0 if self.reported() or lived >= HEALTHY_AFTER else \
             min(max(self.backoff * 2, FIRST_BACKOFF), MAX_BACKOFF)
         self.next_start = time.monotonic() + self.backoff
         logger.error("qcluster %s %s after %.1f s: starting another in %.1f s",
                      pid, how, lived, self.backoff)
+
+    def reported(self) -> bool:
+        try:
+            return self.progress.stat().st_mtime > self.started_wall
+        except FileNotFoundError:
+            return False
 
     def silence(self) -> float:
         try:
@@ -127,8 +138,7 @@ class Supervisor:
         except FileNotFoundError:
             touched = 0.0
         # The main reports once its cluster runs; starting up is given as long.
-        started = time.time() - (time.monotonic() - self.started_at)
-        return time.time() - max(touched, started)
+        return time.time() - max(touched, self.started_wall)
 
     def end_groups(self, force: bool = False) -> None:
         now = time.monotonic()

@@ -90,20 +90,24 @@ class Command(QClusterCommand):
         interval = settings.AGENTOPS["SWEEP_INTERVAL"]
         leftovers: dict[int, float] = {}
         next_attempt = 0.0
+        tasks_lost = True  # a qcluster started: its predecessor's queues may have held tasks
         while not state["stopping"]:
             cluster = state["cluster"]
             reason = cluster.failure()
             if reason and time.monotonic() >= next_attempt:
                 try:
                     state["cluster"] = replace(cluster, reason, leftovers)
+                    tasks_lost = True
                 except ClusterStartFailed as exc:
                     logger.error("a fresh cluster failed to start: %s; trying again", exc)
                     next_attempt = time.monotonic() + RESTART_PAUSE
             tend_leftovers(leftovers, keep={state["cluster"].sentinel.pid})
             supervisor.report_progress()
+            tasks_lost = state["cluster"].new_generation() or tasks_lost
             try:
                 close_old_connections()
-                sweep()
+                sweep(tasks_lost=tasks_lost)
+                tasks_lost = False
                 record_heartbeat()
             except Exception:  # the database may be restarting: try again next tick
                 logger.exception("recovery sweep failed")

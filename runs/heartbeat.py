@@ -27,16 +27,20 @@ from runs.models import WorkerHeartbeat
 HEARTBEAT_SECONDS = 2.0
 FORGET_AFTER = timedelta(days=1)
 GONE_SHOWN_SECONDS = 60.0   # how long a process that died stays listed, as dead
-_last = {"at": 0.0, "pid": 0, "shape": None, "gone": {}}
+_last = {"at": 0.0, "pid": 0, "shape": None, "gone": {}, "listed": []}
 
 
 def record_heartbeat(force: bool = False) -> bool:
     """Upsert this process's row; return True when it wrote."""
     now = time.monotonic()
     pid = os.getpid()
-    processes = _tree(pid)
     if _last["pid"] != pid:
-        _last.update(pid=pid, shape=None, gone={})
+        _last.update(pid=pid, shape=None, gone={}, listed=[])
+    processes = _tree(pid)
+    known = {p["pid"]: p["role"] for p in _last["listed"]}
+    for entry in processes:  # a zombie has no command line left to tell its role
+        if entry["role"] == "?":
+            entry["role"] = known.get(entry["pid"], "?")
     shape = {(p["pid"], p["status"]) for p in processes}
     if not force and shape == _last["shape"] and now - _last["at"] < HEARTBEAT_SECONDS:
         return False
@@ -85,7 +89,7 @@ def _gone(processes: list[dict], now: float) -> list[dict]:
     for pid, entry in list(gone.items()):
         if now - entry["since"] > GONE_SHOWN_SECONDS:
             del gone[pid]
-    for entry in _last.get("listed", []):
+    for entry in _last["listed"]:
         if entry["pid"] not in present and entry["pid"] not in gone:
             gone[entry["pid"]] = dict(entry, since=now)
     _last["listed"] = processes

@@ -66,7 +66,7 @@ logger = logging.getLogger("agentops.cluster")
 ROLE_OF = {worker: roles.WORKER, pusher: roles.PUSHER, monitor: roles.MONITOR}
 # A worker may hold runs: SIGTERM lets it hand them back. The others hold nothing.
 DEATH_SIGNAL = {roles.WORKER: signal.SIGTERM}
-IDLE, RECYCLED = -1, -2          # django-q2's values of a worker's timer
+IDLE = -1                        # django-q2's value of an idle worker's timer
 SCHEDULE_EVERY = 30.0            # seconds, as django-q2's guard loop
 
 
@@ -168,12 +168,8 @@ class GenerationalSentinel(Sentinel):
                 _count_down(process)
             elif process.exitcode != 0:
                 return f"worker {process.pid} died ({describe_exit(process.exitcode)})"
-            else:
-                self.pool.remove(process)
-                self.spawn_worker()
-                self.reincarnations += 1
-                logger.info("worker %s exited (%s): respawned", process.pid,
-                            "recycled" if _timer(process) == RECYCLED else "clean exit")
+            else:  # recycled, or its task timed out: it released its locks
+                self.reincarnate(process)
         for process in (self.monitor, self.pusher):
             if not process.is_alive():
                 if process.exitcode != 0:

@@ -70,14 +70,7 @@ class Command(QClusterCommand):
             if state["stopping"]:
                 return
             state["stopping"] = True
-            cluster = state["cluster"]
-            _signal_workers(cluster)
-            # Stop pulling tasks now: a run handed back in the next few milliseconds
-            # must go to a live cluster, not to this one's draining workers. From a
-            # thread: when the whole group was signalled the sentinel died at once,
-            # possibly inside stop_event.wait(), and then set() blocks forever (a
-            # multiprocessing Condition waits for its dead sleeper to acknowledge).
-            threading.Thread(target=cluster.stop_event.set, daemon=True).start()
+            _stop(state["cluster"])
 
         signal.signal(signal.SIGTERM, on_stop_signal)
         signal.signal(signal.SIGINT, on_stop_signal)
@@ -98,6 +91,8 @@ class Command(QClusterCommand):
                 try:
                     state["cluster"] = replace(cluster, reason, leftovers)
                     tasks_lost = True
+                    if state["stopping"]:  # the stop signal came while it started
+                        _stop(state["cluster"])
                 except ClusterStartFailed as exc:
                     logger.error("a fresh cluster failed to start: %s; trying again", exc)
                     next_attempt = time.monotonic() + RESTART_PAUSE
@@ -131,6 +126,16 @@ class Command(QClusterCommand):
             logger.warning("cluster still running %.0f s after the stop signal: killing it", grace)
             for process in _descendants():
                 _kill(process)
+
+
+def _stop(cluster) -> None:
+    _signal_workers(cluster)
+    # Stop pulling tasks now: a run handed back in the next few milliseconds
+    # must go to a live cluster, not to this one's draining workers. From a
+    # thread: when the whole group was signalled the sentinel died at once,
+    # possibly inside stop_event.wait(), and then set() blocks forever (a
+    # multiprocessing Condition waits for its dead sleeper to acknowledge).
+    threading.Thread(target=cluster.stop_event.set, daemon=True).start()
 
 
 def _descendants() -> list[psutil.Process]:

@@ -208,6 +208,11 @@ AGENTOPS = {
     # Expire at once the lease of a dead worker process on this host (else: wait
     # for the lease to run out, as for a worker on another host).
     "DETECT_DEAD_LOCAL_WORKERS": env_bool("AGENTOPS_DETECT_DEAD_LOCAL_WORKERS", True),
+    # When a queued or running run shows as stalled (runs/stalls.py, docs/stalls.md):
+    # queued and unclaimed this long; silent this long (an agent's expected_cadence
+    # overrides it). A run whose lease ran out is stalled one lease period later.
+    "STALL_UNCLAIMED_SECONDS": env_float("AGENTOPS_STALL_UNCLAIMED", 60.0),
+    "EXPECTED_CADENCE_SECONDS": env_float("AGENTOPS_EXPECTED_CADENCE", 300.0),
     "AGENT_MODULES": env_list("AGENTOPS_AGENT_MODULES"),
     "FAULTS_DIR": os.environ.get("AGENTOPS_FAULTS_DIR", ""),
     "LIVE_POLL_SECONDS": env_float("AGENTOPS_LIVE_POLL", 0.5),
@@ -216,6 +221,10 @@ AGENTOPS = {
     "LLM_BASE_URL": os.environ.get("AGENTOPS_LLM_BASE_URL", ""),
     "LLM_MODEL": os.environ.get("AGENTOPS_LLM_MODEL", "scripted"),
     "LLM_API_KEY": os.environ.get("AGENTOPS_LLM_API_KEY", ""),
+    # The built-in HTTP and LLM tools' retry policy (docs/retries.md): transient
+    # errors are retried for this long, with waits growing up to the maximum.
+    "TOOL_RETRY_FOR_SECONDS": env_float("AGENTOPS_TOOL_RETRY_FOR", 3600.0),
+    "TOOL_RETRY_MAX_INTERVAL": env_float("AGENTOPS_TOOL_RETRY_MAX_INTERVAL", 30.0),
 }
 
 # --- auth, i18n, static -----------------------------------------------------

@@ -63,6 +63,8 @@ class RunActionForm(ReasonForm):
         "cancel": "Cancel",
         "retry": "Retry from last checkpoint",
         "upgrade": "Continue on the current version",
+        "retry_now": "Retry now",
+        "give_up": "Give up retrying",
     }
     action = forms.ChoiceField(choices=list(ACTIONS.items()))
 
@@ -122,7 +124,9 @@ class EditStateForm(ReasonForm):
 
 
 class BulkActionForm(ReasonForm):
-    ACTIONS = {"pause": "Pause", "resume": "Resume", "cancel": "Cancel"}
+    ACTIONS = {"pause": "Pause", "resume": "Resume", "cancel": "Cancel",
+               "retry_now": "Retry now (runs waiting to retry)",
+               "give_up": "Give up retrying"}
     action = forms.ChoiceField(choices=list(ACTIONS.items()))
     run = forms.MultipleChoiceField(error_messages={"required": "Select at least one run."})
 

@@ -68,6 +68,14 @@ def run_cancel(*, run_id: str, user, reason: str = "") -> Run:
     return _after(control.cancel(store(), run_id, actor=_actor(user), reason=reason))
 
 
+def run_retry_now(*, run_id: str, user, reason: str = "") -> Run:
+    return _after(control.retry_now(store(), run_id, actor=_actor(user), reason=reason))
+
+
+def run_give_up(*, run_id: str, user, reason: str = "") -> Run:
+    return _after(control.give_up(store(), run_id, actor=_actor(user), reason=reason))
+
+
 def run_rollback(*, run_id: str, checkpoint: int, user, reason: str = "") -> Run:
     return _after(control.rollback(store(), run_id, checkpoint=checkpoint, actor=_actor(user),
                                    reason=reason))

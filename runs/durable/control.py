@@ -197,6 +197,52 @@ def provide_input(store, run_id: str, *, value, actor: str) -> r.RunRecord:
     return _act(store, run_id, "input", actor, "", decide)
 
 
+def retry_now(store, run_id: str, *, actor: str, reason: str = "") -> r.RunRecord:
+    """Wake a run waiting to retry a call: its next attempt starts at once."""
+    def decide(run, history):
+        effect = _retrying_effect(run, history, "retry now")
+        woken = _with(effect, result={**effect.result, "wake_at": time.time()})
+        return r.Commit(run={"status": r.QUEUED, "wake_at": None, "attention": None},
+                        effects=[woken],
+                        events=[("status", {"status": r.QUEUED, "reason": "retry now",
+                                            "tool": effect.tool})],
+                        take_over=True)
+    return _act(store, run_id, "retry_now", actor, reason, decide)
+
+
+def give_up(store, run_id: str, *, actor: str, reason: str = "") -> r.RunRecord:
+    """Stop retrying a call: it fails, and the agent sees a ToolFailedError (not a
+    permanent one: the item may well exist) and decides, as after a spent policy."""
+    def decide(run, history):
+        effect = _retrying_effect(run, history, "give up on")
+        last = effect.error or {}
+        error = {"type": "RetryGivenUp", "permanent": False,
+                 "message": f"an operator gave up after {effect.attempts} attempt(s); the last "
+                            f"error: {last.get('type', 'Error')}: {last.get('message', '')}"}
+        failed = _with(effect, status=r.ERROR, error=error, result=None, finished_at=time.time())
+        return r.Commit(run={"status": r.QUEUED, "wake_at": None, "attention": None},
+                        effects=[failed],
+                        events=[("effect", {"step": effect.step_no, "seq": effect.seq,
+                                            "tool": effect.tool, "key": effect.key,
+                                            "status": r.ERROR, "resolution": "give_up"}),
+                                ("status", {"status": r.QUEUED, "reason": "gave up retrying",
+                                            "tool": effect.tool})],
+                        take_over=True)
+    return _act(store, run_id, "give_up", actor, reason, decide)
+
+
+def _retrying_effect(run, history, action: str) -> r.EffectRecord:
+    waiting = run.attention or {}
+    if run.status != r.WAITING or waiting.get("kind") != "retry":
+        raise InvalidTransitionError(action, run.status, "the run is not waiting to retry a call")
+    effect = next((e for e in history.effects if e.branch == run.branch and not e.superseded
+                   and e.step_no == waiting.get("step_no") and e.seq == waiting.get("seq")
+                   and e.status == r.RETRYING), None)
+    if effect is None:  # the attention names a call the log does not hold as retrying
+        raise InvalidTransitionError(action, run.status, "no call of the run waits to be retried")
+    return effect
+
+
 def rollback_preview(store, run_id: str, *, checkpoint: int) -> dict:
     """What a rollback to `checkpoint` undoes, for the operator to confirm."""
     run = store.load(run_id).run

@@ -24,6 +24,9 @@ CLAIMABLE_STATUSES = (QUEUED, RUNNING, WAITING)
 # Effect kinds and statuses
 CALL, NOW, RANDOM, SLEEP, INPUT = "call", "now", "random", "sleep", "input"
 INTENT, DONE, ERROR = "intent", "done", "error"
+# A call whose last attempt failed and whose next waits on a durable timer: its
+# `error` is the last error, its `result` {"wake_at", "first_at", "wait"}.
+RETRYING = "retrying"
 
 # Control requests a worker honours at its next effect boundary
 PAUSE, CANCEL = "pause", "cancel"

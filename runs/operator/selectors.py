@@ -13,7 +13,7 @@ from django.core.cache import cache
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
-from runs import retention
+from runs import retention, stalls
 from runs.durable import records as r
 from runs.models import AuditEntry, Checkpoint, Effect, Run, RunEvent, WorkerHeartbeat
 
@@ -21,7 +21,6 @@ PAGE_SIZE = 50
 SORT_FIELDS = {"-created": "created_at", "created": "created_at"}
 HEX = re.compile(r"^[0-9a-f]{4,32}$")
 RUN_ID_LENGTH = 32
-STALLABLE = (r.QUEUED, r.RUNNING)
 TOTAL_BYTES_CACHE = ("agentops:ops:stored-bytes", 60)
 
 
@@ -40,7 +39,7 @@ def filtered_runs(filters: dict, *, now: datetime | None = None) -> QuerySet:
         runs = runs.filter(lease_owner__startswith=filters["worker"])
     if filters.get("stalled"):
         since = (now or timezone.now()) - timedelta(minutes=filters["stalled"])
-        runs = runs.filter(status__in=STALLABLE, updated_at__lt=since)
+        runs = runs.filter(status__in=stalls.STALLABLE, updated_at__lt=since)
     if filters.get("q"):
         runs = runs.filter(search_q(filters["q"].strip()))
     return runs
@@ -114,7 +113,9 @@ def decode_cursor(cursor: str | None):
 
 
 def attention_count() -> int:
-    return Run.objects.filter(status=r.NEEDS_ATTENTION).count()
+    """Runs that need attention plus stalled runs (both on partial indexes)."""
+    return (Run.objects.filter(status=r.NEEDS_ATTENTION).count()
+            + Run.objects.filter(stalls.stalled_q()).count())
 
 
 def total_stored_bytes() -> int:
@@ -131,9 +132,14 @@ ATTENTION_LIMIT = 200
 
 
 def attention_queue(include_failed: bool = True, limit: int = ATTENTION_LIMIT) -> list[Run]:
+    """Stalled runs, longest stalled first, then those that need attention (and failed
+    ones), newest first: two queries, each bounded."""
+    runs = Run.objects.select_related("owner").defer("inputs", "output")
+    stalled = list(runs.filter(stalls.stalled_q()).order_by("updated_at", "pk")[:limit])
     statuses = [r.NEEDS_ATTENTION] + ([r.FAILED] if include_failed else [])
-    return list(Run.objects.select_related("owner").filter(status__in=statuses)
-                .defer("inputs", "output").order_by("-updated_at", "-pk")[:limit])
+    stopped = list(runs.filter(status__in=statuses).order_by("-updated_at", "-pk")
+                   [:limit - len(stalled)]) if len(stalled) < limit else []
+    return stalled + stopped
 
 
 def in_doubt_effects(runs: list[Run]) -> dict[str, Effect]:

@@ -30,6 +30,8 @@
       this.retryTimer = null;
       this.heartbeat = null;
       this.lastFrameAt = Date.now();
+      this.note = "";   // shown instead of "live" while the connection is up (e.g. "stalled")
+      this.state = "connecting";
       this.indicator = document.getElementById("live-indicator");
       window.addEventListener("online", () => this.reconnectNow());
       window.addEventListener("offline", () => this.setState("offline"));
@@ -152,14 +154,25 @@
       if (this.socket) { try { this.socket.close(1000); } catch (err) { /* gone */ } }
     }
 
+    setNote(note) {   // the page says what to show instead of a green "live"
+      this.note = note || "";
+      this.setState(this.state, this.detail);
+    }
+
     setState(state, detail) {
+      this.state = state;
+      this.detail = detail;
       if (!this.indicator) return;
       const labels = {connecting: "connecting…", live: "live", reconnecting: "reconnecting…",
                       offline: "offline", closed: "not live"};
       this.indicator.dataset.state = state;
       const text = this.indicator.querySelector(".live-text");
-      if (text) text.textContent = labels[state] + (detail && state !== "live" ? " · " + detail : "");
-      this.indicator.title = state === "live" ? "Live: updates arrive as they happen"
+      const noted = state === "live" && this.note;
+      this.indicator.classList.toggle("is-stalled", Boolean(noted));
+      if (text) text.textContent = noted ? this.note
+        : labels[state] + (detail && state !== "live" ? " · " + detail : "");
+      this.indicator.title = noted ? "Connected, but the run is not moving: " + this.note
+        : state === "live" ? "Live: updates arrive as they happen"
         : "Updates paused: " + (detail || state) + ". Nothing is lost; the page catches up.";
     }
   }

@@ -29,6 +29,8 @@
 
   let lastSeq = parseInt(page.dataset.lastSeq, 10) || 0;
   let status = page.dataset.status;
+  let stall = page.dataset.stalled ? {kind: page.dataset.stalled} : null;   // runs/stalls.py
+  let live = null;
   let unseen = 0;
 
   // --- the log -----------------------------------------------------------------------------
@@ -83,18 +85,38 @@
   });
 
   // --- status, progress, rate and ETA ---------------------------------------------------------
-  function setStatus(next) {
-    status = next;
-    page.dataset.status = next;
-    const safe = next.replace(/[^a-z_]/g, "");
+  function drawState() {   // badge and bar: a stalled run shows no stripe and no pulse
+    const safe = stall ? "stalled" : status.replace(/[^a-z_]/g, "");
     const badge = document.createElement("span");
     badge.className = "badge status-" + safe;
     badge.dataset.role = "status";
-    badge.textContent = LABELS[next] || next;
+    badge.textContent = stall ? "stalled" : LABELS[status] || status;
     $("run-status").replaceChildren(badge);
     const bar = document.querySelector("#run-progress .progress");
-    bar.classList.toggle("is-running", next === "running");
+    bar.classList.toggle("is-running", status === "running" && !stall);
     bar.querySelector(".progress-fill").className = "progress-fill status-" + safe;
+  }
+
+  function setStall(next) {
+    stall = next;
+    if (stall) page.dataset.stalled = stall.kind; else delete page.dataset.stalled;
+    const note = $("run-stall");
+    note.hidden = !stall;
+    if (stall) {
+      $("run-stall-since").dateTime = stall.since;
+      $("run-stall-since").textContent = clock(stall.since);
+      $("run-stall-why").textContent = stall.why;
+      $("run-eta").textContent = "—";
+    }
+    drawState();
+    if (!stall) drawRate();
+    if (live) live.setNote(stall ? "stalled" : "");
+  }
+
+  function setStatus(next) {
+    status = next;
+    page.dataset.status = next;
+    drawState();
     if (FINAL.includes(next)) {
       $("run-eta").textContent = next === "succeeded" ? "done" : "—";
       if (next === "succeeded" && samples.length) {
@@ -138,7 +160,7 @@
     const rate = dd / dt;
     $("run-rate").textContent = rate >= 1 ? fmtNumber(Math.round(rate * 10) / 10) + "/s"
       : fmtNumber(Math.round(rate * 600) / 10) + "/min";
-    if (FINAL.includes(status)) return;
+    if (FINAL.includes(status) || stall) return;   // no ETA for a run that does not move
     const left = last.total - last.done;
     $("run-eta").textContent = left > 0 ? "≈ " + fmtDuration(left / rate) : "finishing";
   }
@@ -230,7 +252,7 @@
     for (const ev of events) {
       if (ev.seq <= lastSeq) continue;                 // a duplicate: already shown
       if (ev.seq !== lastSeq + 1) {                   // a gap: ask again from what we have
-        live.send({type: "resume", after: lastSeq});
+        live.send({type: "resume", after: lastSeq, stalled: stall ? stall.kind : null});
         break;
       }
       lines.push(line(ev));
@@ -292,10 +314,14 @@
   tickDuration();
   setInterval(() => { if (!FINAL.includes(status)) tickDuration(); }, 1000);
 
-  new window.LiveSocket(page.dataset.wsPath, {
-    onOpen(live) { live.send({type: "hello", after: lastSeq}); },
-    onMessage(message, live) {
-      if (message.type === "events") onEvents(message.events, live);
+  const since = $("run-stall-since");
+  if (stall && since.dateTime) since.textContent = clock(since.dateTime);
+  live = new window.LiveSocket(page.dataset.wsPath, {
+    onOpen(socket) { socket.send({type: "hello", after: lastSeq, stalled: stall ? stall.kind : null}); },
+    onMessage(message, socket) {
+      if (message.type === "events") onEvents(message.events, socket);
+      else if (message.type === "stall") setStall(message.stall);
     },
   });
+  if (stall) live.setNote("stalled");
 })();

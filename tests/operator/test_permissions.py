@@ -28,6 +28,8 @@ def actions(run_id):
         (f"/ops/runs/{run_id}/act/", {**reason, "action": "pause"}),
         (f"/ops/runs/{run_id}/act/", {**reason, "action": "cancel"}),
         (f"/ops/runs/{run_id}/act/", {**reason, "action": "upgrade"}),
+        (f"/ops/runs/{run_id}/act/", {**reason, "action": "retry_now"}),
+        (f"/ops/runs/{run_id}/act/", {**reason, "action": "give_up"}),
         (f"/ops/runs/{run_id}/rollback/", {**reason, "checkpoint": 1}),
         (f"/ops/runs/{run_id}/resolve/", {**reason, "seq": 1, "resolution": "done"}),
         (f"/ops/runs/{run_id}/state/", {**reason, "state": '{"i": 0}'}),

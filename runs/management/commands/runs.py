@@ -12,6 +12,7 @@ from runs.config import worker_config
 from runs.durable import DurableError, Outcome, execute_run
 from runs.durable.records import FINAL_STATUSES, SUCCEEDED
 from runs.models import Run, RunEvent
+from runs.stalls import mark_stalls
 
 
 class Command(BaseCommand):
@@ -43,8 +44,9 @@ class Command(BaseCommand):
             p.add_argument("run_id")
             if name == "watch":
                 p.add_argument("--timeout", type=float, default=3600)
-        for name in ("pause", "resume", "cancel"):
-            p = sub.add_parser(name)
+        for name in ("pause", "resume", "cancel", "retry-now", "give-up"):
+            p = sub.add_parser(name, help={"retry-now": "start a waiting retry's next attempt now",
+                                           "give-up": "stop retrying: the call fails"}.get(name))
             p.add_argument("run_id")
             p.add_argument("--reason", default="")
             p.add_argument("--user", default=None)
@@ -71,7 +73,7 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         self.as_json = opts["json"]
         try:
-            return getattr(self, f"do_{opts['subcommand']}")(opts)
+            return getattr(self, f"do_{opts['subcommand'].replace('-', '_')}")(opts)
         except DurableError as exc:
             raise CommandError(str(exc)) from None
 
@@ -87,12 +89,13 @@ class Command(BaseCommand):
         runs = Run.objects.select_related("owner").order_by("-created_at")
         if opts["status"]:
             runs = runs.filter(status=opts["status"])
-        runs = list(runs[: opts["limit"]])
+        runs = mark_stalls(list(runs[: opts["limit"]]))
         if self.as_json:
             self.stdout.write(json.dumps([_run_dict(r) for r in runs], indent=2))
             return
         for run in runs:
-            self.stdout.write(f"{run.id}  {run.agent:<12} {run.status:<16} step {run.step_no:<6} "
+            status = f"{run.status} STALLED" if run.stall else run.status
+            self.stdout.write(f"{run.id}  {run.agent:<12} {status:<16} step {run.step_no:<6} "
                               f"{run.progress_percent:5.1f}%  {run.owner or '-'}")
 
     def do_show(self, opts):
@@ -124,6 +127,14 @@ class Command(BaseCommand):
     def do_cancel(self, opts):
         self._print_run(services.run_cancel(run_id=_get(opts["run_id"]).id, user=_actor(opts),
                                             reason=opts["reason"]))
+
+    def do_retry_now(self, opts):
+        self._print_run(services.run_retry_now(run_id=_get(opts["run_id"]).id, user=_actor(opts),
+                                               reason=opts["reason"]))
+
+    def do_give_up(self, opts):
+        self._print_run(services.run_give_up(run_id=_get(opts["run_id"]).id, user=_actor(opts),
+                                             reason=opts["reason"]))
 
     def do_rollback(self, opts):
         run_id = _get(opts["run_id"]).id
@@ -159,12 +170,19 @@ class Command(BaseCommand):
     # --- output ----------------------------------------------------------------------
     def _print_run(self, run, full=False):
         run.refresh_from_db()
+        mark_stalls([run])
         if self.as_json:
             self.stdout.write(json.dumps(_run_dict(run, full=full), indent=2))
             return
         self.stdout.write(f"run {run.id}  {run.agent} v{run.agent_version}  {run.status}  "
                           f"step {run.step_no}  branch {run.branch}")
+        if run.stall:
+            self.stdout.write(f"  STALLED since {run.stall.since.isoformat(timespec='seconds')}: "
+                              f"{run.stall.why}")
         if full:
+            if run.lease_owner and run.lease_expires_at:
+                self.stdout.write(f"  lease: {run.lease_owner} until "
+                                  f"{run.lease_expires_at.isoformat(timespec='seconds')}")
             for name in ("inputs", "output", "error", "attention"):
                 value = getattr(run, name)
                 if value:
@@ -224,7 +242,8 @@ def _run_dict(run, full=False):
             "status": run.status, "step_no": run.step_no, "branch": run.branch,
             "progress": [run.progress_done, run.progress_total],
             "owner": run.owner.get_username() if run.owner else None,
-            "created_at": run.created_at.isoformat()}
+            "created_at": run.created_at.isoformat(),
+            "stall": run.stall.as_dict() if run.stall else None}
     if full:
         data.update(inputs=run.inputs, output=run.output, error=run.error,
                     attention=run.attention, epoch=run.epoch)

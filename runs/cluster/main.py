@@ -25,7 +25,6 @@ import uuid
 import psutil
 from django.conf import settings
 from django_q.cluster import Cluster, get_mp_context
-from django_q.conf import Conf
 
 from runs.cluster import roles
 from runs.cluster.lifelines import describe_exit
@@ -67,16 +66,12 @@ class SelfHealingCluster(Cluster):
         sentinel = self.sentinel
         if not sentinel.is_alive():
             return f"sentinel {sentinel.pid} exited ({describe_exit(sentinel.exitcode)})"
-        try:
-            if psutil.Process(sentinel.pid).status() == psutil.STATUS_STOPPED:
-                return f"sentinel {sentinel.pid} is stopped"
-        except psutil.NoSuchProcess:
-            return f"sentinel {sentinel.pid} is gone"
+        if roles.is_stopped(sentinel.pid):
+            return f"sentinel {sentinel.pid} is stopped"
         silent = time.time() - self.pulse.beat
         if silent > settings.AGENTOPS["SENTINEL_STALE_SECONDS"]:
             return f"sentinel {sentinel.pid}'s guard loop has been silent for {silent:.0f} s"
         return None
-
 
     def new_generation(self) -> bool:
         """Whether the sentinel began a generation since the last call (its old
@@ -99,7 +94,6 @@ def replace(old: SelfHealingCluster | None, reason: str, leftovers: dict) -> Sel
         end_tree(old.sentinel.pid, leftovers)
         old.sentinel.join(5)
     fresh = SelfHealingCluster()
-    fresh.timeout = Conf.TIMEOUT
     fresh.start()
     return fresh
 
@@ -114,7 +108,8 @@ def end_tree(sentinel_pid: int, leftovers: dict) -> None:
     grace = time.monotonic() + settings.AGENTOPS["SHUTDOWN_GRACE_SECONDS"]
     for child in children:
         worker = roles.role_of(child) == roles.WORKER
-        _send(child, signal.SIGTERM if worker and not _stopped(child) else signal.SIGKILL)
+        roles.send(child.pid, signal.SIGTERM if worker and not roles.is_stopped(child.pid)
+                   else signal.SIGKILL)
         leftovers[child.pid] = grace if worker else 0.0
 
 
@@ -130,23 +125,10 @@ def tend_leftovers(leftovers: dict, keep: set[int]) -> None:
             if child.status() == psutil.STATUS_ZOMBIE:
                 os.waitpid(child.pid, os.WNOHANG)
                 leftovers.pop(child.pid, None)
-            elif now >= leftovers.setdefault(child.pid, grace) or _stopped(child):
+            elif now >= leftovers.setdefault(child.pid, grace) or roles.is_stopped(child.pid):
                 child.kill()
         except (psutil.Error, ChildProcessError):
             leftovers.pop(child.pid, None)
     for pid in [p for p in leftovers if not psutil.pid_exists(p)]:
         leftovers.pop(pid)
 
-
-def _send(process: psutil.Process, sig: int) -> None:
-    try:
-        process.send_signal(sig)
-    except psutil.NoSuchProcess:
-        pass
-
-
-def _stopped(process: psutil.Process) -> bool:
-    try:
-        return process.status() == psutil.STATUS_STOPPED
-    except psutil.Error:
-        return False

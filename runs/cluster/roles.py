@@ -76,3 +76,16 @@ def status_of(pid: int) -> str:
 def is_alive(pid: int) -> bool:
     """A zombie has died: only its exit status is left for its parent to read."""
     return status_of(pid) not in DEAD_STATUSES
+
+
+def is_stopped(pid: int) -> bool:
+    """Stopped by SIGSTOP (or a debugger): alive, but it will do nothing until SIGCONT."""
+    return status_of(pid) == psutil.STATUS_STOPPED
+
+
+def send(pid: int, sig: int) -> None:
+    """A signal to a process that may have ended meanwhile."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass

@@ -45,7 +45,6 @@ import time
 import uuid
 from multiprocessing.sharedctypes import RawValue
 
-import psutil
 from django import db
 from django.conf import settings
 from django_q.cluster import Sentinel, get_mp_context
@@ -196,10 +195,11 @@ class GenerationalSentinel(Sentinel):
     def retire(self, workers, *others) -> None:
         grace = time.monotonic() + settings.AGENTOPS["SHUTDOWN_GRACE_SECONDS"]
         for process in others:
-            _signal(process, signal.SIGKILL)
+            roles.send(process.pid, signal.SIGKILL)
             self.draining.append((process, 0.0))
         for process in workers:
-            _signal(process, signal.SIGKILL if _stopped(process) else signal.SIGTERM)
+            roles.send(process.pid, signal.SIGKILL if roles.is_stopped(process.pid)
+                       else signal.SIGTERM)
             self.draining.append((process, grace))
 
     def reap_draining(self) -> None:
@@ -208,8 +208,8 @@ class GenerationalSentinel(Sentinel):
         for process, kill_after in self.draining:
             if not process.is_alive():
                 continue
-            if now >= kill_after or _stopped(process):
-                _signal(process, signal.SIGKILL)
+            if now >= kill_after or roles.is_stopped(process.pid):
+                roles.send(process.pid, signal.SIGKILL)
             still.append((process, kill_after))
         self.draining = still
 
@@ -224,7 +224,7 @@ class GenerationalSentinel(Sentinel):
     def stop(self):
         super().stop()
         for process, _ in self.draining:
-            _signal(process, signal.SIGKILL)
+            roles.send(process.pid, signal.SIGKILL)
 
 
 def _queued(queue) -> int:
@@ -247,20 +247,6 @@ def _count_down(process) -> None:
             process.timer.get_obj().value -= Conf.GUARD_CYCLE
     finally:
         lock.release()
-
-
-def _signal(process, sig) -> None:
-    try:
-        os.kill(process.pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _stopped(process) -> bool:
-    try:
-        return psutil.Process(process.pid).status() == psutil.STATUS_STOPPED
-    except psutil.Error:
-        return False
 
 
 class Pulse(ctypes.Structure):

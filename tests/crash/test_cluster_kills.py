@@ -115,7 +115,7 @@ def test_any_process_killed_loses_and_repeats_nothing(target, phase, server, sta
 def test_a_frozen_process_does_not_stall_the_cluster(role, server, start_cluster):
     # SIGSTOP kills nothing the parent could see: the watchdog (worker, pusher), the
     # main's check of its sentinel and the supervisor's check of the main end it.
-    cluster = start_cluster(workers=2, supervised=True, AGENTOPS_MAIN_STALE=3,
+    cluster = start_cluster(workers=2, supervised=True, AGENTOPS_MAIN_STALE=5,
                             **sandbox_env(server))
     wait_until(cluster.tree_ready, 30, message="a whole, idle worker tree")
     [frozen] = [queue_lock_holder(cluster)] if role == "worker" else cluster.role_pids(role)

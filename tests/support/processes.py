@@ -164,6 +164,15 @@ class Cluster(Managed):
                 pass
         return idle
 
+    def stop(self, timeout: float = 10.0) -> None:
+        super().stop(timeout)
+        # Under `manage.py worker` each qcluster main leads a process group of its own.
+        for main in self.pid_dir.glob("main-*"):
+            try:
+                os.killpg(int(main.name.split("-")[1]), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def all_pids(self) -> list[int]:
         try:
             return [self.pid] + [p.pid for p in psutil.Process(self.pid).children(recursive=True)]

@@ -60,7 +60,8 @@ from channels.utils import await_many_dispatch
 from django.conf import settings
 from django.db import connections
 
-from runs import selectors
+from runs import live_shutdown, selectors
+from runs.db import DATABASE_FAULTS
 from runs.live import run_group
 
 try:
@@ -83,6 +84,9 @@ RESYNC_EVERY = 600.0    # seconds between re-joins of every group (they expire i
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 CLOSE_PROTOCOL = 4400
+CLOSE_TRY_AGAIN_LATER = 4013  # 1013 in the application range (runs/live_shutdown.py): the
+                              # database stayed away; the page reconnects with backoff
+DATABASE_RETRY_SECONDS = 30.0  # how long a socket's request waits out a database fault
 
 
 def poll_seconds() -> float:
@@ -338,6 +342,22 @@ def hub() -> LiveHub:
     return _hub
 
 
+async def through_database_faults(call):
+    """`await call()`, again after a database fault (a terminated connection, a
+    restart) until DATABASE_RETRY_SECONDS have passed. Each try gets a sound
+    connection: Channels drops an unusable one around every database call."""
+    delay, deadline = 0.1, time.monotonic() + DATABASE_RETRY_SECONDS
+    while True:
+        try:
+            return await call()
+        except DATABASE_FAULTS as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            logger.warning("live socket: database unavailable (%s); trying again", exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
 # --- the shared socket behaviour --------------------------------------------------------------
 class ProtocolError(Exception):
     def __init__(self, code: str, message: str):
@@ -356,8 +376,18 @@ class LiveConsumer(AsyncWebsocketConsumer):
         channel layer for every socket of the process."""
         self.scope = scope
         self.base_send = send
-        with contextlib.suppress(StopConsumer):
-            await await_many_dispatch([receive], self.dispatch)
+        self.gone = asyncio.Event()  # set when this socket's application ends
+        self.open = False
+        self.restarting = False
+        try:
+            with contextlib.suppress(StopConsumer):
+                await await_many_dispatch([receive], self.dispatch)
+        except asyncio.CancelledError:
+            if self.open:  # Daphne is stopping (SIGTERM) and cancels every application
+                await live_shutdown.close_cleanly(self, receive)
+            raise
+        finally:
+            self.gone.set()
 
     async def connect(self):
         self.errors = 0
@@ -367,16 +397,23 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        if not await self.allowed(user):
+        if not await through_database_faults(lambda: self.allowed(user)):
             await self.close(code=CLOSE_NOT_FOUND)
             return
         await self.accept()
+        self.open = True
+        if live_shutdown.stopping():
+            await self.close_for_restart()
+            return
+        live_shutdown.opened(self)  # a stopping Daphne closes it with 4012
         await self.started()
         self.pump_task = asyncio.ensure_future(self._pump())
 
     async def disconnect(self, code):
         if getattr(self, "pump_task", None) is not None:
             self.pump_task.cancel()
+        self.open = False
+        live_shutdown.closed(self)
         self.stopped()
 
     async def receive(self, text_data=None, bytes_data=None):
@@ -397,12 +434,23 @@ class LiveConsumer(AsyncWebsocketConsumer):
                 raise ProtocolError("unknown_type",
                                     f"unknown message type {message['type'][:40]!r}; "
                                     f"expected one of: {known}")
-            await handler(message)
+            await through_database_faults(lambda: handler(message))
+        except DATABASE_FAULTS:
+            await self.close(code=CLOSE_TRY_AGAIN_LATER)  # the page reconnects and asks again
         except ProtocolError as exc:
             self.errors += 1
             await self.send_json({"type": "error", "code": exc.code, "error": str(exc)})
             if self.errors >= MAX_ERRORS:
                 await self.close(code=CLOSE_PROTOCOL)
+
+    async def close_for_restart(self) -> None:
+        """This process is stopping: nothing more is sent, the page reconnects."""
+        if self.restarting:
+            return
+        self.restarting = True
+        if self.pump_task is not None:
+            self.pump_task.cancel()
+        await self.close(code=live_shutdown.CLOSE_SERVICE_RESTART)
 
     async def send_json(self, content: dict) -> None:
         await self.send(text_data=json.dumps(content, ensure_ascii=False))
@@ -419,7 +467,14 @@ class LiveConsumer(AsyncWebsocketConsumer):
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), timeout=self.pump_timeout())
                 self.wake.clear()
-                await self.pump()
+                try:
+                    await self.pump()
+                except DATABASE_FAULTS as exc:
+                    # The cursor moved only past what was sent: the next try goes on
+                    # from there, so the socket stays open and nothing is skipped.
+                    logger.warning("live socket: database unavailable (%s); trying again", exc)
+                    await asyncio.sleep(poll_seconds())
+                    self.wake.set()
         except asyncio.CancelledError:
             pass
         except Exception:

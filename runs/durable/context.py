@@ -50,8 +50,10 @@ class StoreFailure(BaseException):
     """The store failed (connection lost, database restarted) in the middle of a run.
 
     Whether the write landed is unknown, so the session writes nothing more and
-    leaves the run as a crash would: its lease runs out and the sweep hands it
-    out again, to be resumed from what the store really holds. A BaseException
+    ends (ABANDONED). Its worker may wait for the store and take the run back at
+    once (execute_run's `reconnect`); else the run is left as a crash leaves it:
+    its lease runs out and the sweep hands it out again. Either way it resumes
+    from what the store really holds. A BaseException
     so that neither the agent's `except Exception` nor the session's handling of
     the agent's own failures (which fails the run) can take it for a bug in the
     agent.

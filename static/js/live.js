@@ -14,6 +14,7 @@
   const HEARTBEAT_MS = 15000;      // send a ping this often
   const SILENCE_MS = 40000;        // no frame for this long: the socket is dead
   const MAX_DELAY_MS = 10000;
+  const SERVICE_RESTART = 4012;    // close code of a stopping server (runs/live_shutdown.py)
 
   function backoff(attempt) {
     const base = Math.min(MAX_DELAY_MS, 300 * Math.pow(2, attempt));
@@ -62,8 +63,10 @@
         return;
       }
       this.socket = socket;
+      let opened = false;
       socket.onopen = () => {
         if (socket !== this.socket) return;
+        opened = true;
         this.lastFrameAt = Date.now();
         this.startHeartbeat();
         if (this.handlers.onOpen) this.handlers.onOpen(this);
@@ -86,21 +89,28 @@
         this.stopHeartbeat();
         this.socket = null;
         if (this.handlers.onClose) this.handlers.onClose(event, this);
+        // How the last open connection ended (attempts that never opened say 1006).
+        if (opened && this.indicator) this.indicator.dataset.closeCode = String(event.code);
         if (event.code === 4401 || event.code === 4404) {   // logged out, or not ours
           this.setState("closed", event.code === 4401 ? "logged out" : "not available");
           this.stopped = true;
           return;
         }
-        this.scheduleRetry();
+        // 4012 "service restart": the server is stopping (a deploy); the next one, or
+        // another behind the load balancer, is there at once: no backoff built up.
+        if (event.code === SERVICE_RESTART) this.restarting = true;
+        else if (opened) this.restarting = false;
+        if (event.code === SERVICE_RESTART) this.attempt = 0;
+        this.scheduleRetry(this.restarting ? "server restarting" : "");
       };
     }
 
-    scheduleRetry() {
+    scheduleRetry(why) {
       if (this.stopped) return;
       const delay = backoff(this.attempt);
       this.attempt += 1;
       this.setState(navigator.onLine === false ? "offline" : "reconnecting",
-                    "retry in " + Math.ceil(delay / 1000) + " s");
+                    (why ? why + " · " : "") + "retry in " + Math.ceil(delay / 1000) + " s");
       clearTimeout(this.retryTimer);
       this.retryTimer = setTimeout(() => this.connect(), delay);
     }

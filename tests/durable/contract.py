@@ -42,6 +42,7 @@ from runs.durable import (
     serde,
 )
 from runs.durable import records as r
+from runs.durable.executor import MAX_RECONNECTS
 from runs.durable.faults import InjectedFault, faults
 from runs.durable.serde import decode_state
 
@@ -458,6 +459,48 @@ class StoreContract:
         key = idempotency_key(run.id, 1, 2, 0)
         assert WORLD.target.keys().count(key) == 2  # re-sent under its key...
         assert len(WORLD.target.work) == 4  # ...and done once
+
+    def test_a_store_failing_mid_run_is_taken_back_once_it_answers(self, store, clock):
+        # The worker waits for the database (reconnect) instead of for the lease.
+        run = self.launch(store, "keys", {"n": 3})
+        flaky = _FailingCommits(store, lambda c: any(
+            (e.step_no, e.seq) == (2, 0) for e in c.effects))
+        errors = []
+        outcome = self.execute(flaky, run.id, reconnect=lambda e: errors.append(e) or True)
+        assert outcome == Outcome.SUCCEEDED  # in the same call: no lease ran out
+        assert [type(e) for e in errors] == [ConnectionError]
+        done = store.load(run.id).run
+        assert done.output == {"ids": [1, 2, 3, 4]}
+        assert done.crash_count == 0 and done.lease_owner is None  # not counted as a crash
+        key = idempotency_key(run.id, 1, 2, 0)
+        assert WORLD.target.keys().count(key) == 2  # re-sent under its key...
+        assert len(WORLD.target.work) == 4  # ...and done once
+
+    def test_a_run_taken_over_while_its_worker_waited_for_the_store_is_fenced(self, store,
+                                                                              clock):
+        run = self.launch(store, "keys", {"n": 3})
+        flaky = _FailingCommits(store, lambda c: any(
+            (e.step_no, e.seq) == (2, 0) for e in c.effects))
+
+        def outage_longer_than_the_lease(error):
+            clock.advance(LEASE + 1)
+            assert store.claim(run.id, "w2", LEASE, time.time()) is not None
+            return True
+
+        assert self.execute(flaky, run.id, reconnect=outage_longer_than_the_lease) == \
+            Outcome.FENCED
+        assert store.load(run.id).run.lease_owner == "w2"  # the release changed nothing
+        assert self.execute(store, run.id, worker("w2")) == Outcome.NOT_CLAIMED  # w2 holds it
+
+    def test_a_store_that_answers_but_keeps_failing_is_left_to_the_crash_guard(self, store,
+                                                                              clock):
+        run = self.launch(store, "keys", {"n": 3})
+        flaky = _FailingCommits(store, lambda c: bool(c.effects), times=None)
+        errors = []
+        outcome = self.execute(flaky, run.id, reconnect=lambda e: errors.append(e) or True)
+        assert outcome == Outcome.ABANDONED
+        assert len(errors) == MAX_RECONNECTS  # not a hot loop of claims and replays
+        assert store.load(run.id).run.lease_owner is not None  # left as a crash leaves it
 
     def _in_doubt(self, store, clock):
         run = self.launch(store, "in_doubt")
@@ -1230,15 +1273,16 @@ class StoreContract:
 
 
 class _FailingCommits:
-    """The store, except that the first commit matching `when` raises as a lost
-    connection does."""
+    """The store, except that the first `times` commits matching `when` (all of them:
+    None) raise as a lost connection does."""
 
-    def __init__(self, store, when):
-        self._store, self._when, self._failed = store, when, False
+    def __init__(self, store, when, times: int | None = 1):
+        self._store, self._when, self._left = store, when, times
 
     def commit(self, run_id, epoch, commit):
-        if not self._failed and self._when(commit):
-            self._failed = True
+        if self._left != 0 and self._when(commit):
+            if self._left is not None:
+                self._left -= 1
             raise ConnectionError("server closed the connection unexpectedly")
         return self._store.commit(run_id, epoch, commit)
 

@@ -75,26 +75,6 @@ def _child(role: str, parent_pid: int, target, *args) -> None:
     target(*args)
 
 
-class PatientBroker:
-    """The pusher's broker: a failed dequeue (the database restarting) is retried
-    at the next poll. django-q2's pusher sleeps 10 s and exits on the first error."""
-
-    def __init__(self, broker):
-        self._broker = broker
-
-    def __getattr__(self, name):
-        return getattr(self._broker, name)
-
-    def dequeue(self):
-        try:
-            return self._broker.dequeue()
-        except Exception:  # any broker error: the pusher must keep pulling
-            logger.exception("pusher: the broker failed; trying again")
-            db.connections.close_all()
-            time.sleep(Conf.POLL)
-            return None
-
-
 class GenerationalSentinel(Sentinel):
     def __init__(self, stop_event, start_event, cluster_id, main_pid, pulse,
                  broker=None, timeout=None):
@@ -119,10 +99,6 @@ class GenerationalSentinel(Sentinel):
             self.pool.append(process)
         process.start()
         return process
-
-    def spawn_pusher(self):
-        return self.spawn_process(pusher, self.task_queue, self.event_out,
-                                  PatientBroker(self.broker))
 
     def spawn_cluster(self):
         roles.set_title(f"{roles.SENTINEL}-{self.generation}", str(self.cluster_id)[:8])

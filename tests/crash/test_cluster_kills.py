@@ -1,10 +1,12 @@
-"""SIGKILL each process of a real worker tree (`manage.py worker`: supervisor, qcluster
+"""SIGKILL each process of a real worker tree under `manage.py worker` (the qcluster
 main, sentinel, workers, pusher, monitor), alone or together, while runs are in
-progress or while the cluster is idle (then launch), and SIGSTOP an idle worker.
-Every run must finish with the output of an uninterrupted run, nothing lost or
-repeated in the outside world, and the heartbeat must not list a dead process as
-alive. On django-q2's own cluster most of these hang for good: a process killed
-while holding its queue's lock leaves the reincarnated workers blocked on it."""
+progress or while the cluster is idle (then launch), and SIGSTOP an idle worker (the
+one holding the task queue's lock), the pusher, the sentinel and the main. Every run
+must finish with the output of an uninterrupted run, nothing lost or repeated in the
+outside world, the tree must be whole again with no orphan, and the heartbeat must
+list exactly the live processes. On django-q2's own cluster the all-workers kill
+hangs every run for good (the reincarnated workers block on a dead one's queue lock)
+and the sentinel kill leaves its workers, pusher and monitor as orphans."""
 
 import os
 import signal

@@ -152,6 +152,15 @@ def run_effects(run: Run, limit: int = EFFECTS_SHOWN) -> tuple[list[Effect], int
     return list(effects.order_by("-started_at", "-id")[:limit]), total
 
 
+def run_current_step(run: Run) -> int:
+    """The step the run is in, or last finished: past its last checkpoint's step when its
+    branch logged effects of later steps (an agent may checkpoint only every N steps).
+    The run page's live script applies the same rule to effect events (static/js/run.js)."""
+    later = (Effect.objects.filter(run=run, branch=run.branch, step_no__gt=run.step_no)
+             .order_by("-step_no").values_list("step_no", flat=True).first())
+    return later if later is not None else run.step_no
+
+
 TIMELINE_CHECKPOINTS = 2000
 
 

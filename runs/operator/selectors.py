@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
+from django.core.paginator import Paginator
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
@@ -220,6 +221,7 @@ def workers_overview(now: datetime | None = None) -> dict:
     hosts: dict[str, dict] = {}
     for cluster in clusters:
         cluster.stale = now - cluster.last_seen > HEARTBEAT_STALE
+        cluster.problem = cluster_problem(cluster, now)
         hosts.setdefault(cluster.host, {"clusters": [], "processes": []})["clusters"].append(cluster)
     for process in processes.values():
         hosts.setdefault(process.host, {"clusters": [], "processes": []})["processes"].append(process)
@@ -238,9 +240,41 @@ def workers_overview(now: datetime | None = None) -> dict:
     }
 
 
+def cluster_problem(cluster: WorkerHeartbeat, now: datetime) -> str:
+    """Why a cluster has stopped working, from its heartbeat row; "" if it works. A
+    stale row says nothing of its processes any more: its main may be dead or frozen."""
+    if cluster.stale:
+        return f"no heartbeat for {int((now - cluster.last_seen).total_seconds())} s"
+    live = {role: [p for p in cluster.processes if p.get("role") == role and p.get("alive")
+                   and p.get("status") != "stopped"] for role in ("sentinel", "worker")}
+    if not live["sentinel"]:
+        return "no live sentinel"
+    if not live["worker"]:
+        return "no live worker"
+    return ""
+
+
 def _split_owner(owner: str) -> tuple[str, int]:
     parts = owner.split(":")
     try:
         return parts[0], int(parts[1])
     except (IndexError, ValueError):
         return owner, 0
+
+
+# --- the rollback preview ----------------------------------------------------------------
+PREVIEW_FEW = 5  # calls shown at each end of what a rollback supersedes
+PREVIEW_PAGE = 25
+
+
+def rollback_pages(preview: dict | None, query) -> dict:
+    """The first and last few superseded calls, and one page of all of them: the page
+    stays short (and its Confirm button on screen) whatever the rollback undoes."""
+    if preview is None:
+        return {}
+    effects = preview["effects"]
+    few = PREVIEW_FEW
+    ends = (effects, []) if len(effects) <= 2 * few else (effects[:few], effects[-few:])
+    return {"first_effects": ends[0], "last_effects": ends[1],
+            "effects_page": Paginator(effects, PREVIEW_PAGE).get_page(query.get("page")),
+            "listing_open": "page" in query}

@@ -49,8 +49,11 @@
       summary.asks ? "waiting for your answer" : summary.message || "";
     row.querySelector('[data-role="step"]').textContent = summary.step;
     if (summary.final && !wasFinal && window.htmx) {   // the server has the final duration
+      // The row as the source: htmx queues a request behind one in flight from the same
+      // element and keeps only the last, so rows sharing document.body were dropped when
+      // several runs ended at once.
       window.htmx.ajax("GET", container.dataset.rowsUrl + "?id=" + encodeURIComponent(summary.id),
-                       {target: "#run-list", swap: "none"});
+                       {source: row, target: "#run-list", swap: "none"});
     }
   }
 

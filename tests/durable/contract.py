@@ -804,12 +804,60 @@ class StoreContract:
         preview = control.rollback_preview(store, run.id, checkpoint=start.number)
         assert preview["checkpoint"] == start.number and preview["step"] == 0
         assert [e["tool"] for e in preview["effects"]] == ["tests.post_record", "tests.echo"]
-        assert [e["tool"] for e in preview["idempotent"]] == ["tests.post_record"]
-        assert [e["tool"] for e in preview["not_idempotent"]] == ["tests.echo"]
-        assert preview["steps_undone"] == 1
-        assert preview["not_idempotent"][0]["key"] == idempotency_key(run.id, 1, 1, 1)
+        assert [e["idempotent"] for e in preview["effects"]] == [True, False]
+        assert preview["by_tool"] == [
+            {"tool": "tests.post_record", "calls": 1, "not_idempotent": 0, "reached": 0},
+            {"tool": "tests.echo", "calls": 1, "not_idempotent": 1, "reached": 1}]
+        assert (preview["not_idempotent"], preview["reached"]) == (1, 1)
+        assert preview["steps_undone"] == 1 and preview["stays_paused"] is False
+        assert preview["effects"][1]["key"] == idempotency_key(run.id, 1, 1, 1)
         with pytest.raises(CheckpointNotFoundError):
             control.rollback_preview(store, run.id, checkpoint=999)
+
+    def test_a_rollback_leaves_a_paused_run_paused_unless_told_to_resume(self, store):
+        run = self.launch(store, "keys", {"n": 3})
+        self.execute(store, run.id)
+        step1 = next(c for c in store.history(run.id).checkpoints if c.step_no == 1)
+        held = control.rollback(store, run.id, checkpoint=step1.number, actor="op", resume=False)
+        assert (held.status, held.branch) == (r.PAUSED, 2)
+        again = control.rollback(store, run.id, checkpoint=step1.number, actor="op")
+        assert (again.status, again.branch) == (r.PAUSED, 3)  # it was paused: it stays so
+        assert run.id not in store.due_runs(time.time())
+        assert control.rollback(store, run.id, checkpoint=step1.number, actor="op",
+                                resume=True).status == r.QUEUED
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+
+    def test_an_action_returns_the_run_as_its_commit_left_it(self, store):
+        run = self.launch(store, "keys", {"n": 1})
+        paused = control.pause(store, run.id, actor="op")
+        assert paused == store.get(run.id) == store.load(run.id).run
+        assert (paused.status, paused.epoch) == (r.PAUSED, run.epoch + 1)
+        with pytest.raises(RunNotFoundError):
+            store.get("missing")
+
+    def test_a_history_query_reads_only_the_parts_it_names(self, store):
+        run = self.launch(store, "keys", {"n": 3})
+        self.execute(store, run.id)
+        by_step = {c.step_no: c for c in store.history(run.id).checkpoints}
+        control.rollback(store, run.id, checkpoint=by_step[2].number, actor="op")
+        self.execute(store, run.id)
+        full = store.history(run.id)
+        fork = next(c for c in full.checkpoints if c.parent_number is not None)
+        forks = store.history(run.id, r.HistoryQuery(forks=True))
+        assert forks.checkpoints == sorted([by_step[2], fork], key=lambda c: c.number)
+        assert forks.effects == []
+        target = store.history(run.id, r.HistoryQuery(checkpoint=by_step[1].number))
+        assert target.checkpoints == [by_step[1]]
+        in_order = sorted(full.effects, key=lambda e: e.position)
+        supersede = r.Supersede(after_step=1, keep_branches=(1, 3))
+        marked = store.history(run.id, r.HistoryQuery(superseded_by=supersede)).effects
+        assert marked == [e for e in in_order if not e.superseded
+                          and (e.step_no > 1 or e.branch not in (1, 3))] != []
+        step = store.history(run.id, r.HistoryQuery(step=(2, 3))).effects
+        assert step == [e for e in in_order if (e.branch, e.step_no) == (2, 3)] != []
+        assert store.history(run.id, r.HistoryQuery()) == r.History([], [])
+        with pytest.raises(RunNotFoundError):
+            store.history("missing", r.HistoryQuery(forks=True))
 
     def _yield_after_one_step(self, store, agent="resumable"):
         run = self.launch(store, agent)

@@ -30,7 +30,7 @@ def actions(run_id):
         (f"/ops/runs/{run_id}/act/", {**reason, "action": "upgrade"}),
         (f"/ops/runs/{run_id}/act/", {**reason, "action": "retry_now"}),
         (f"/ops/runs/{run_id}/act/", {**reason, "action": "give_up"}),
-        (f"/ops/runs/{run_id}/rollback/", {**reason, "checkpoint": 1}),
+        (f"/ops/runs/{run_id}/rollback/", {**reason, "checkpoint": 1, "then": "resume"}),
         (f"/ops/runs/{run_id}/resolve/", {**reason, "seq": 1, "resolution": "done"}),
         (f"/ops/runs/{run_id}/state/", {**reason, "state": '{"i": 0}'}),
         ("/ops/runs/bulk/", {**reason, "action": "cancel", "run": [run_id]}),

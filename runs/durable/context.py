@@ -7,6 +7,7 @@ write the intent if the tool is not idempotent, call it, and log the outcome.
 
 from __future__ import annotations
 
+import math
 import random as _random
 import time
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,10 @@ if TYPE_CHECKING:  # pragma: no cover
 # A sleep shorter than this blocks the worker instead of releasing it: the
 # round trip through the sweep would cost more than the sleep itself.
 INLINE_SLEEP_SECONDS = 1.0
+# The longest ctx.sleep: a century. Longer is a bug in the agent (a wake time past what
+# a store's timestamps hold), better a clear failure of the step than a run left as a
+# crash because its timer could not be written.
+MAX_SLEEP_SECONDS = 100 * 365 * 86400.0
 
 
 class Suspend(BaseException):
@@ -228,6 +233,10 @@ class RunContext:
 
     def sleep(self, seconds: float) -> None:
         """A durable timer: long sleeps free the worker, and the run wakes later."""
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or \
+                not math.isfinite(seconds) or seconds > MAX_SLEEP_SECONDS:
+            raise ValueError(f"ctx.sleep needs a number of seconds up to {MAX_SLEEP_SECONDS:.0f} "
+                             f"(a century), not {seconds!r}")
         position, recorded = self._next(r.SLEEP, "sleep", (seconds,), {})
         new = []
         if recorded is None:

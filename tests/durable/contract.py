@@ -911,6 +911,16 @@ class StoreContract:
         assert run.id in store.due_runs(time.time())
         assert self.execute(store, run.id) == Outcome.SUCCEEDED
 
+    @pytest.mark.parametrize("seconds", [1e12, "soon", True])
+    def test_a_sleep_no_timer_can_hold_fails_the_run_with_a_clear_error(self, store, seconds):
+        # Before: 1e12 s made a wake time past the year 9999, which the ORM store could
+        # not write: the run was left as a crash, again and again.
+        run = self.launch(store, "sleeper", {"seconds": seconds})
+        assert self.execute(store, run.id) == Outcome.FAILED
+        failed = store.load(run.id).run
+        assert failed.error["type"] in ("ValueError", "TypeError")
+        assert "ctx.sleep" in failed.error["message"]
+
     def test_a_short_sleep_blocks_inline(self, store):
         run = self.launch(store, "sleeper", {"seconds": 0.3})
         started = time.monotonic()

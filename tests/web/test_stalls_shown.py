@@ -244,3 +244,19 @@ async def test_the_list_socket_says_which_rows_stalled(sockets, cookies, users):
     await communicator.send_json_to({"type": "watch", "runs": {run.pk: 1}, "stalled": [1]})
     error = await receive(communicator)
     assert error["type"] == "error" and error["code"] == "bad_field"
+
+
+@pytest.mark.django_db
+def test_a_retry_due_long_ago_that_nobody_claims_is_stalled_on_the_pages(alice_client,
+                                                                        operator_client, ticker):
+    due = timezone.now() - timedelta(seconds=300)
+    Run.objects.filter(pk=ticker.pk).update(
+        status="waiting", lease_owner=None, lease_expires_at=None, wake_at=due,
+        updated_at=due - timedelta(seconds=30),
+        attention={"kind": "retry", "tool": "t.fetch_page", "attempt": 6, "error": "HTTP 503",
+                   "error_type": "TransientHTTPError", "wake_at": due.timestamp(),
+                   "step_no": 1, "seq": 0})
+    body = html(alice_client.get(reverse("runs:detail", args=[ticker.pk])))
+    assert 'data-stalled="unclaimed"' in body and "timer due 5 min ago" in body
+    assert "retrying fetch_page in 0 s, attempt 6" in re.sub(r"<[^>]+>", "", body)
+    assert f'data-run="{ticker.pk}"' in html(operator_client.get(reverse("operator:attention")))

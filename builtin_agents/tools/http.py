@@ -9,7 +9,7 @@ the tools only have to say which is which:
   even for a tool that is not idempotent;
 - other transport errors (a read timeout, a dropped connection), 408, 409, 425,
   429 and 5xx are ``TransientHTTPError``; ``Retry-After`` is passed on, so the
-  policy waits as long as the server asked;
+  policy waits at least as long as the server asked (up to a day);
 - any other 4xx is the request's own fault (a 404 page, a 422 key reuse): raised
   as ``PermanentHTTPError`` (a ``PermanentToolError``), logged at once, not retried.
 """

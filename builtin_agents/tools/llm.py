@@ -24,7 +24,7 @@ from runs.durable import tool
 from .http import HTTP_RETRY, request, sandbox_url
 
 # A provider answering 429 or 503 is waited out as long as the HTTP tools wait out
-# a target (an hour), starting slower: its Retry-After, when sent, decides the wait.
+# a target (an hour), starting slower; its Retry-After, when sent, is the least it waits.
 LLM_RETRY = dataclasses.replace(HTTP_RETRY, initial_interval=0.5)
 
 

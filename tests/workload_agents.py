@@ -7,29 +7,41 @@ sandbox over real HTTP, so tests can count what arrived downstream.
 import os
 import time
 
-from builtin_agents.tools.http import HTTP_RETRY, request
-from runs.durable import Agent, Done, agent, tool
+import httpx
+
+from runs.durable import Agent, Done, Retry, TransientToolError, agent, tool
+
+# As a real agent would: the outside world may be away for minutes (a deploy of the
+# target, tests/chaos's sandbox_outage); waits past a second are durable timers.
+OUTLAST_OUTAGES = Retry(initial_interval=0.2, maximum_interval=2.0, maximum_attempts=None,
+                        maximum_elapsed=600.0)
 
 
 def sandbox_url() -> str:
     return os.environ.get("AGENTOPS_SANDBOX_URL", "http://127.0.0.1:8000/sandbox")
 
 
-# The sandbox's tools retry as the built-in agents' do (for up to an hour, long waits as
-# durable timers): a run outlasts an outage of the outside world (the chaos suite's
-# sandbox_outage) instead of failing after a few tries in the worker thread. The
-# notification is not idempotent: it is retried only when it never reached the sandbox.
-@tool(idempotent=True, retry=HTTP_RETRY)
+def _post(path: str, payload: dict, headers: dict | None = None) -> dict:
+    try:
+        response = httpx.post(f"{sandbox_url()}{path}", json=payload, headers=headers or {},
+                              timeout=10)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        # No connection was made: the request cannot have reached the target.
+        raise TransientToolError(f"{type(exc).__name__}: {exc}", reached_target=False) from exc
+    response.raise_for_status()
+    return response.json()
+
+
+@tool(idempotent=True, retry=OUTLAST_OUTAGES)
 def post_record(unit: str, value: int, *, idempotency_key: str) -> dict:
-    response = request("POST", f"{sandbox_url()}/api/records", idempotency_key=idempotency_key,
-                       json={"unit": unit, "value": value})
-    return {"id": response.json()["id"]}
+    body = _post("/api/records", {"unit": unit, "value": value},
+                 {"Idempotency-Key": idempotency_key})
+    return {"id": body["id"]}
 
 
-@tool(retry=HTTP_RETRY)
+@tool(retry=OUTLAST_OUTAGES)
 def send_notification(unit: str) -> dict:
-    response = request("POST", f"{sandbox_url()}/api/notifications", json={"unit": unit})
-    return {"count": response.json()["count"]}
+    return {"count": _post("/api/notifications", {"unit": unit})["count"]}
 
 
 @tool(idempotent=True)

@@ -52,7 +52,7 @@ from channels.utils import await_many_dispatch
 from django.conf import settings
 from django.db import connections
 
-from runs import selectors
+from runs import selectors, untrusted
 from runs.live import run_group
 
 try:
@@ -346,12 +346,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         try:
             if text_data is None:
                 raise ProtocolError("bad_frame", "binary frames are not supported; send JSON text")
-            if len(text_data) > MAX_FRAME:
-                raise ProtocolError("too_large", f"messages are limited to {MAX_FRAME} bytes")
-            try:
-                message = json.loads(text_data)
-            except ValueError:
-                raise ProtocolError("bad_json", "the message is not valid JSON") from None
+            message = _parse_message(text_data)
             if not isinstance(message, dict) or not isinstance(message.get("type"), str):
                 raise ProtocolError("bad_message", 'a message is a JSON object with a "type"')
             handler = self.handlers().get(message["type"])
@@ -401,9 +396,19 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def pump(self) -> None: ...
 
 
+def _parse_message(text: str):
+    try:
+        return untrusted.parse_json(text, max_bytes=MAX_FRAME)
+    except untrusted.TooLargeError:
+        raise ProtocolError("too_large", f"messages are limited to {MAX_FRAME} bytes") from None
+    except untrusted.UntrustedInputError as exc:
+        raise ProtocolError("bad_json", f"the message is {exc}"
+                            if isinstance(exc, untrusted.NotJSONError) else str(exc)) from None
+
+
 def _after(message: dict) -> int:
     after = message.get("after", 0)
-    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+    if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 2**63:
         raise ProtocolError("bad_field", '"after" must be a whole number >= 0 '
                                          "(the last event seq the client has)")
     return after
@@ -488,11 +493,11 @@ class RunListConsumer(LiveConsumer):
         runs = message.get("runs", {})
         newest = message.get("newest")
         if (not isinstance(runs, dict) or len(runs) > MAX_WATCH
-                or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
-                           for k, v in runs.items())):
+                or not all(untrusted.is_run_id(k) and isinstance(v, int)
+                           and not isinstance(v, bool) for k, v in runs.items())):
             raise ProtocolError("bad_field", f'"runs" must map up to {MAX_WATCH} run ids to '
                                              "the event seq shown")
-        if newest is not None and not isinstance(newest, str):
+        if newest is not None and not untrusted.is_run_id(newest):
             raise ProtocolError("bad_field", '"newest" must be a run id or null')
         owned = await database_sync_to_async(self._owned)(list(runs))
         for run_id in set(self.known) - owned:

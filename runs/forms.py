@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 
 from django import forms
+from django.conf import settings
+
+from runs.untrusted import UntrustedInputError, parse_json
 
 MAX_TEXT_INPUT = 200
 VALUE_FIELD = "value"
@@ -34,9 +37,9 @@ class JSONTextField(forms.CharField):
         if value in self.empty_values:
             return None
         try:
-            parsed = json.loads(value)
-        except ValueError as exc:
-            raise forms.ValidationError(f"not valid JSON: {exc.msg} (line {exc.lineno})") from None
+            parsed = parse_json(value, max_bytes=settings.AGENTOPS["MAX_INPUT_BYTES"])
+        except UntrustedInputError as exc:
+            raise forms.ValidationError(str(exc)) from None
         kinds = {"array": list, "object": dict}
         if self.expected in kinds and not isinstance(parsed, kinds[self.expected]):
             raise forms.ValidationError(f"expected a JSON {self.expected}")

@@ -9,6 +9,7 @@ from django import forms
 
 from runs.durable import registry
 from runs.durable.records import STATUSES
+from runs.untrusted import UntrustedInputError, is_run_id, parse_json
 
 MAX_BULK = 500
 MAX_JSON_BYTES = 1024 * 1024
@@ -82,13 +83,11 @@ class JSONField(forms.CharField):
         text = super().to_python(value)
         if text in ("", None):
             return None
-        if len(text.encode()) > MAX_JSON_BYTES:
-            raise forms.ValidationError(f"Too large: at most {MAX_JSON_BYTES} bytes.")
         try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"Not valid JSON: {exc.msg} at line {exc.lineno}, "
-                                        f"column {exc.colno}.") from None
+            parsed = parse_json(text, max_bytes=MAX_JSON_BYTES)
+        except UntrustedInputError as exc:
+            message = str(exc)
+            raise forms.ValidationError(f"{message[:1].upper()}{message[1:]}.") from None
         if self.object_only and not isinstance(parsed, dict):
             raise forms.ValidationError("The state must be a JSON object ({...}).")
         return parsed
@@ -135,4 +134,6 @@ class BulkActionForm(ReasonForm):
         ids = self.cleaned_data["run"]
         if len(ids) > MAX_BULK:
             raise forms.ValidationError(f"At most {MAX_BULK} runs at once.")
+        if not all(is_run_id(run_id) for run_id in ids):
+            raise forms.ValidationError("Run ids are 1-32 letters, digits, '-' or '_'.")
         return ids

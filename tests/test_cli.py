@@ -23,7 +23,7 @@ def nothing_written():
 
 @pytest.mark.parametrize("args,message", [
     (["launch", "no-such-agent"], "unknown agent 'no-such-agent'"),
-    (["launch", "ticker", "--input", "{not json"], "--input is not valid JSON"),
+    (["launch", "ticker", "--input", "{not json"], "--input: not valid JSON"),
     (["launch", "ticker", "--input", "[1, 2]"], "inputs must be a JSON object"),
     (["launch", "ticker", "--input", '{"steps": "many"}'], "'many' is not of type 'integer'"),
     (["launch", "ticker", "--input", '{"steps": 0}'], "0 is less than the minimum of 1"),

@@ -3,13 +3,12 @@ action is an audit entry, and the reason is what the next person reads."""
 
 from __future__ import annotations
 
-import json
-
 from django import forms
 
 from runs.durable import registry
 from runs.durable.records import STATUSES
-from runs.untrusted import UntrustedInputError, is_run_id, parse_json
+from runs.forms import JSONTextField
+from runs.untrusted import is_run_id
 
 MAX_BULK = 500
 MAX_JSON_BYTES = 1024 * 1024
@@ -72,34 +71,20 @@ class RollbackForm(ReasonForm):
     checkpoint = forms.IntegerField(min_value=1)
 
 
-class JSONField(forms.CharField):
-    widget = forms.Textarea
+class JSONField(JSONTextField):
+    """JSON typed by an operator: sentences for messages, up to MAX_JSON_BYTES."""
+
+    wrong_kind = "The state must be a JSON {kind} ({{...}})."
 
     def __init__(self, *, object_only=False, **kwargs):
-        self.object_only = object_only
-        super().__init__(**kwargs)
+        super().__init__(expected="object" if object_only else None, max_bytes=MAX_JSON_BYTES,
+                         **kwargs)
 
-    def to_python(self, value):
-        text = super().to_python(value)
-        if text in ("", None):
-            return None
-        try:
-            parsed = parse_json(text, max_bytes=MAX_JSON_BYTES)
-        except UntrustedInputError as exc:
-            message = str(exc)
-            raise forms.ValidationError(f"{message[:1].upper()}{message[1:]}.") from None
-        if self.object_only and not isinstance(parsed, dict):
-            raise forms.ValidationError("The state must be a JSON object ({...}).")
-        return parsed
-
-    def validate(self, value):
-        if value is None and self.required:  # {} and [] are values, not "empty"
-            raise forms.ValidationError(self.error_messages["required"], code="required")
+    def message(self, problem: str) -> str:
+        return f"{problem[:1].upper()}{problem[1:]}."
 
     def prepare_value(self, value):
-        if isinstance(value, str):
-            return value
-        return json.dumps(value, indent=2, ensure_ascii=False)
+        return value if isinstance(value, str) else super().prepare_value(value)
 
 
 class ResolveForm(ReasonForm):

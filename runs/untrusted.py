@@ -113,6 +113,17 @@ def parse_json(text: str, *, max_bytes: int, max_depth: int = MAX_DEPTH):
     return value
 
 
+def parse_json_bytes(raw: bytes, *, max_bytes: int, max_depth: int = MAX_DEPTH):
+    """parse_json for a request body: UTF-8 bytes."""
+    if len(raw) > max_bytes:
+        raise TooLargeError(f"too large: {len(raw)} bytes, at most {max_bytes} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise NotJSONError("not valid JSON: the body is not UTF-8") from None
+    return parse_json(text, max_bytes=max_bytes, max_depth=max_depth)
+
+
 def check_value(value, where: str = "") -> None:
     """Check every string (keys too) of a parsed value; iterative, so depth is no issue."""
     stack = [(value, where)]

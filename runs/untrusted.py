@@ -65,6 +65,11 @@ def check_text(text: str, what: str = "the text") -> str:
     return text
 
 
+def is_clean(text: str) -> bool:
+    """check_text as a test: no NUL, no lone surrogate."""
+    return "\x00" not in text and not _SURROGATE.search(text)
+
+
 def is_run_id(value) -> bool:
     return isinstance(value, str) and RUN_ID.fullmatch(value) is not None
 

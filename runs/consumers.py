@@ -52,7 +52,7 @@ from channels.utils import await_many_dispatch
 from django.conf import settings
 from django.db import connections
 
-from runs import selectors, untrusted
+from runs import live_access, selectors, untrusted
 from runs.live import run_group
 
 try:
@@ -334,13 +334,22 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_NOT_FOUND)
             return
         await self.accept()
+        # logout, a password change, ... close the socket (runs/live_access.py)
+        self.user_id, self.session_key = user.pk, self.scope["session"].session_key
+        live_access.watcher().add(self)
         await self.started()
         self.pump_task = asyncio.ensure_future(self._pump())
 
     async def disconnect(self, code):
         if getattr(self, "pump_task", None) is not None:
             self.pump_task.cancel()
+            live_access.watcher().remove(self)
         self.stopped()
+
+    async def may_view(self, user) -> bool:
+        """Whether `user` may have this socket: checked at connect and again whenever
+        the user's access changes."""
+        return True
 
     async def receive(self, text_data=None, bytes_data=None):
         try:
@@ -425,6 +434,9 @@ class RunConsumer(LiveConsumer):
         self.generation = 0
         self.from_db = False
         self.welcome_due = False
+        return await self.may_view(user)
+
+    async def may_view(self, user) -> bool:
         return await database_sync_to_async(selectors.run_visible)(user, self.run_id)
 
     async def started(self):

@@ -16,6 +16,7 @@ from urllib.parse import urlencode, urlsplit
 import pytest
 from django.contrib.auth.models import Group, Permission
 from django.contrib.messages import get_messages
+from django.core.cache import cache
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -58,7 +59,8 @@ def world(django_user_model):
     waiting = drive(__import__("runs.services", fromlist=["x"]).run_launch(
         user=root, agent="ask", inputs={}).pk)
     in_doubt = in_doubt_run(root)
-    return {"root": root, "waiting": waiting, "in_doubt": in_doubt}
+    yield {"root": root, "waiting": waiting, "in_doubt": in_doubt}
+    cache.clear()  # the pages cached figures of this test's runs (the storage total)
 
 
 def every_url(world) -> list[str]:

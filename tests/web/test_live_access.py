@@ -23,8 +23,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 
 def logged_in(username: str, password: str) -> Client:
-    client = Client()
-    assert client.login(username=username, password=password)  # a real session, with its hash
+    client = Client()  # through the login page: a real session, with its hash
+    response = client.post("/login/", {"username": username, "password": password})
+    assert response.status_code == 302, response.status_code
     return client
 
 

@@ -11,7 +11,11 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from urllib.parse import parse_qsl, urljoin, urlsplit
 
+from django.contrib.auth.models import Group
 from django.urls import URLResolver, get_resolver, reverse
+
+from runs import services
+from runs.models import Checkpoint
 
 
 def named_patterns(patterns=None, namespace=None):
@@ -109,3 +113,37 @@ def page_inputs(url: str, html: str) -> tuple[list[Form], set[str]]:
     parser = _PageParser(url)
     parser.feed(html)
     return parser.forms, parser.query_names
+
+
+def make_world(django_user_model) -> dict:
+    """A superuser and runs in every state that shows a form: waiting for input
+    (the answer form), needing attention (the resolve form), with checkpoints."""
+    from tests.operator import agents
+    from tests.operator.conftest import in_doubt_run
+    from tests.web.conftest import drive
+
+    agents.reset()
+    root = django_user_model.objects.create_superuser("root", password="root-pass-12345")
+    waiting = drive(services.run_launch(user=root, agent="ask", inputs={}).pk)
+    in_doubt = in_doubt_run(root)
+    return {"root": root, "waiting": waiting, "in_doubt": in_doubt}
+
+
+def every_url(world) -> list[str]:
+    run = world["in_doubt"]
+    checkpoint = Checkpoint.objects.filter(run=run).order_by("number").first()
+    later = Checkpoint.objects.filter(run=run).order_by("number")[1]  # its page shows a diff
+    objects = {"auth_user": world["root"].pk, "auth_group": Group.objects.first().pk,
+               "runs_run": run.pk, "runs_checkpoint": later.pk}
+
+    def object_id(name):
+        for prefix, pk in objects.items():
+            if name.startswith(prefix):
+                return pk
+        return 1  # an object that may not exist: a 302 or 404, never a 500
+
+    return concrete_urls({
+        "run_id": run.pk, "number": checkpoint.number, "agent": "ask", "n": 1,
+        "app_label": "runs", "object_id": object_id, "id": world["root"].pk,
+        "content_type_id": 1,
+    }) + [f"/runs/{world['waiting'].pk}/"]

@@ -20,9 +20,8 @@ from django.core.cache import cache
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runs.models import Checkpoint
 from tests.fuzz.conftest import snapshot
-from tests.fuzz.endpoints import Form, concrete_urls, page_inputs
+from tests.fuzz.endpoints import Form, every_url, make_world, page_inputs
 
 pytestmark = pytest.mark.django_db
 
@@ -48,38 +47,8 @@ ERROR_MARKERS = (b"errorlist", b"form-errors", b"field-error", b"message-error",
 
 @pytest.fixture
 def world(django_user_model):
-    """A superuser and runs in every state that shows a form: waiting for input
-    (the answer form), needing attention (the resolve form), with checkpoints."""
-    from tests.operator import agents
-    from tests.operator.conftest import in_doubt_run
-    from tests.web.conftest import drive
-
-    agents.reset()
-    root = django_user_model.objects.create_superuser("root", password="root-pass-12345")
-    waiting = drive(__import__("runs.services", fromlist=["x"]).run_launch(
-        user=root, agent="ask", inputs={}).pk)
-    in_doubt = in_doubt_run(root)
-    yield {"root": root, "waiting": waiting, "in_doubt": in_doubt}
+    yield make_world(django_user_model)
     cache.clear()  # the pages cached figures of this test's runs (the storage total)
-
-
-def every_url(world) -> list[str]:
-    run = world["in_doubt"]
-    checkpoint = Checkpoint.objects.filter(run=run).order_by("number").first()
-    objects = {"auth_user": world["root"].pk, "auth_group": Group.objects.first().pk,
-               "runs_run": run.pk}
-
-    def object_id(name):
-        for prefix, pk in objects.items():
-            if name.startswith(prefix):
-                return pk
-        return 1  # an object that may not exist: a 302 or 404, never a 500
-
-    return concrete_urls({
-        "run_id": run.pk, "number": checkpoint.number, "agent": "ask", "n": 1,
-        "app_label": "runs", "object_id": object_id, "id": world["root"].pk,
-        "content_type_id": 1,
-    }) + [f"/runs/{world['waiting'].pk}/"]
 
 
 def full_snapshot() -> dict:

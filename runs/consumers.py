@@ -335,7 +335,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
             return
         await self.accept()
         # logout, a password change, ... close the socket (runs/live_access.py)
-        self.user_id, self.session_key = user.pk, self.scope["session"].session_key
+        self.user_id = user.pk
+        self.session_key = getattr(self.scope.get("session"), "session_key", None)
         live_access.watcher().add(self)
         await self.started()
         self.pump_task = asyncio.ensure_future(self._pump())

@@ -15,6 +15,7 @@ from django.contrib.auth.models import Group
 from django.urls import URLResolver, get_resolver, reverse
 
 from runs import services
+from runs.durable import registry
 from runs.models import Checkpoint
 
 
@@ -49,6 +50,7 @@ class Form:
     fields: dict[str, str] = field(default_factory=dict)   # name -> the value it would send
     json_fields: set[str] = field(default_factory=set)      # marked data-json
     names: set[str] = field(default_factory=set)            # every named control
+    checkboxes: set[str] = field(default_factory=set)       # their value is only "on"/"off"
 
 
 class _PageParser(HTMLParser):
@@ -63,9 +65,10 @@ class _PageParser(HTMLParser):
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
-        if tag == "a" and "?" in (attrs.get("href") or ""):
-            self.query_names.update(k for k, _ in parse_qsl(urlsplit(attrs["href"]).query,
-                                                            keep_blank_values=True))
+        for link in (attrs.get(a) or "" for a in ("href", "hx-get", "data-url")):
+            if "?" in link:
+                self.query_names.update(k for k, _ in parse_qsl(urlsplit(link).query,
+                                                                keep_blank_values=True))
         if tag == "form":
             action = urljoin(self.url, attrs.get("action") or self.url)
             self._form = Form(action=action, method=(attrs.get("method") or "get").lower())
@@ -81,6 +84,8 @@ class _PageParser(HTMLParser):
         if "data-json" in attrs:
             self._form.json_fields.add(name)
         kind = (attrs.get("type") or "text").lower()
+        if tag == "input" and kind == "checkbox":
+            self._form.checkboxes.add(name)
         if tag == "textarea":
             self._textarea = name
             self._form.fields[name] = ""
@@ -146,4 +151,4 @@ def every_url(world) -> list[str]:
         "run_id": run.pk, "number": checkpoint.number, "agent": "ask", "n": 1,
         "app_label": "runs", "object_id": object_id, "id": world["root"].pk,
         "content_type_id": 1,
-    }) + [f"/runs/{world['waiting'].pk}/"]
+    }) + [f"/runs/{world['waiting'].pk}/"] + [f"/launch/{name}/" for name in registry.names()]

@@ -1,8 +1,9 @@
 """Settings, read from the environment with safe local defaults.
 
-No variable set means: SQLite (WAL) in ./var, the django-q2 ORM broker, an
-in-process channel layer plus database polling for live pages. Production sets
-DATABASE_URL (PostgreSQL) and REDIS_URL (channels-redis) and a SECRET_KEY.
+No variable set means local mode: SQLite (WAL) in ./var, the django-q2 ORM broker, an
+in-process channel layer plus database polling for live pages, the sandbox mounted.
+Production sets DATABASE_URL (PostgreSQL), REDIS_URL (channels-redis), ALLOWED_HOSTS
+and a SECRET_KEY, which turns on the deployment defaults (docs/security.md).
 """
 
 import os

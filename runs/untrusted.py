@@ -26,7 +26,9 @@ MAX_DEPTH = 64
 # and every run id read from a form, a cursor or a websocket message use this.
 RUN_ID = re.compile(r"[0-9A-Za-z_-]{1,32}")
 
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# A string, or an unterminated one up to the end: possessive, so each character is read
+# once (a backtracking pattern is quadratic on '"\\"\\"\\...').
+_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)', re.DOTALL)
 _BRACKETS = re.compile(r"[^\[\]{}]+")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 

@@ -1,11 +1,11 @@
 """Open live sockets follow their user's access, not only the moment they connected.
 
-Logging out, a password change, a deactivation, a deleted user and a change of groups
-or permissions each say "access changed" for the sessions or users concerned. Every
-socket concerned checks again, with the rule it connected under (`may_view`), whether
-its session still gives it that view; if not, it closes with CLOSE_ACCESS_CHANGED.
-The page then reconnects as after any drop, and the connect itself answers 4401
-(logged out) or 4404 (not yours, or no longer an operator): one rule, at connect.
+A session that ends (its row deleted: a logout) closes its sockets. A password change,
+a deactivation, a deleted user and a change of groups or permissions make the sockets
+of the users concerned check again, with the rule they connected under (`may_view`),
+whether their session still gives them that view; if not, they close with
+CLOSE_ACCESS_CHANGED. The page then reconnects as after any drop, and the connect
+itself refuses it (4401 logged out, 4404 not yours or no longer an operator).
 
 The news reaches the sockets of this process directly, and those of other Daphne
 processes over the channel layer's ACCESS_GROUP when there is Redis. A missed message
@@ -19,6 +19,7 @@ import contextlib
 import contextvars
 import logging
 import threading
+import time
 from importlib import import_module
 
 from asgiref.sync import async_to_sync
@@ -26,11 +27,16 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.contrib import auth
 from django.contrib.auth.models import Group
-from django.contrib.auth.signals import user_logged_out
+from django.contrib.sessions.models import Session
 from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.dispatch import receiver
 from django.utils.crypto import constant_time_compare
+
+try:
+    from redis.exceptions import TimeoutError as RedisTimeout
+except ImportError:  # pragma: no cover - no Redis client installed
+    RedisTimeout = TimeoutError
 
 logger = logging.getLogger("agentops.live")
 
@@ -38,6 +44,7 @@ ACCESS_GROUP = "live.access"
 CLOSE_ACCESS_CHANGED = 4403
 RECHECK_SECONDS = 60.0
 SEND_TIMEOUT = 2.0
+_FAILED = object()
 
 _watchers: dict[asyncio.AbstractEventLoop, AccessWatcher] = {}
 _watchers_lock = threading.Lock()
@@ -79,8 +86,12 @@ class AccessWatcher:
             self.task = None
 
     def changed(self, sessions=(), users=(), everyone=False) -> None:
+        """`sessions` ended (deleted: their sockets close without a check); `users`'
+        access changed: their sockets check again."""
         for consumer in list(self.sockets):
-            if everyone or consumer.session_key in sessions or consumer.user_id in users:
+            if consumer.session_key in sessions:
+                self.loop.create_task(consumer.close(code=CLOSE_ACCESS_CHANGED))
+            elif everyone or consumer.user_id in users:
                 self.loop.create_task(recheck(consumer))
 
     async def _run(self) -> None:
@@ -89,18 +100,20 @@ class AccessWatcher:
             from channels.layers import get_channel_layer
 
             layer = get_channel_layer()
+        recheck_at = time.monotonic() + RECHECK_SECONDS
         try:
             while self.sockets:
                 if channel is None and layer is not None:
                     with contextlib.suppress(Exception):  # no Redis: the recheck remains
                         channel = await layer.new_channel()
                         await layer.group_add(ACCESS_GROUP, channel)
-                message = await self._next(layer, channel)
-                if message is None:
+                message = await self._next(layer, channel, recheck_at - time.monotonic())
+                if time.monotonic() >= recheck_at:
+                    recheck_at = time.monotonic() + RECHECK_SECONDS
                     self.changed(everyone=True)
-                elif message == "failed":
+                if message is _FAILED:
                     channel = None
-                else:
+                elif message is not None:
                     self.changed(message.get("sessions", ()), message.get("users", ()),
                                  bool(message.get("everyone")))
         finally:
@@ -108,21 +121,22 @@ class AccessWatcher:
                 with contextlib.suppress(Exception):
                     await layer.group_discard(ACCESS_GROUP, channel)
 
-    async def _next(self, layer, channel):
-        """The next message; None when RECHECK_SECONDS passed without one."""
+    async def _next(self, layer, channel, timeout: float):
+        """The next message from other processes, or None after `timeout` seconds."""
+        timeout = max(0.0, timeout)
         try:
             if channel is None:
-                await asyncio.sleep(RECHECK_SECONDS)
+                await asyncio.sleep(timeout)
                 return None
-            return await asyncio.wait_for(layer.receive(channel), RECHECK_SECONDS)
-        except TimeoutError:
+            return await asyncio.wait_for(layer.receive(channel), timeout)
+        except (TimeoutError, RedisTimeout):  # none came, or an idle read hit the socket timeout
             return None
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception:  # Redis down or restarting: join again once it answers
             logger.warning("access watcher lost the channel layer", exc_info=True)
             await asyncio.sleep(1.0)
-            return "failed"
+            return _FAILED
 
 
 def watcher() -> AccessWatcher:
@@ -169,10 +183,12 @@ def _after_commit(**kwargs) -> None:
     transaction.on_commit(lambda: access_changed(**kwargs))
 
 
-@receiver(user_logged_out)
-def _logged_out(sender, request, user, **kwargs):
-    access_changed(sessions=[getattr(request, "session", None)
-                             and request.session.session_key])
+@receiver(post_delete, sender=Session)
+def _session_ended(sender, instance, **kwargs):
+    # A logout flushes (deletes) the session; so do a stale password hash and clearsessions.
+    # Not user_logged_out: it is sent before the flush, and a socket closed then would
+    # reconnect on the still-valid session.
+    access_changed(sessions=[instance.session_key])
 
 
 @receiver(post_save, sender=settings.AUTH_USER_MODEL)

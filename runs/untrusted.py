@@ -1,7 +1,7 @@
 """The one place where untrusted JSON and text are parsed and checked.
 
 Every form field that takes JSON, every websocket message, the CLI's JSON arguments
-and the query-parameter guard (runs/middleware.py) go through here, so one set of
+and the query-parameter guard (runs/query_guard.py) go through here, so one set of
 limits holds everywhere (docs/security.md):
 
 - size: the caller's limit in UTF-8 bytes, checked before parsing;

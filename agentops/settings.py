@@ -85,6 +85,7 @@ MIDDLEWARE = [
     "runs.query_guard.RefuseNulMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "runs.middleware.DatabaseUnavailableMiddleware",
     "axes.middleware.AxesMiddleware",  # last: it turns a lockout into the login page
 ]
 
@@ -113,14 +114,33 @@ TEMPLATES = [
 # processes (AGENTOPS_DB_POOL=1 in the Procfile's web line). Each qcluster worker
 # process makes a pool of its own after the fork (runs/db.py).
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
+# A pool that cannot connect retries with a doubling delay (1, 2, 4, 8 s...), which
+# after an outage kept requests and runs waiting for its next try long after the
+# database was back. Giving up a try after this long bounds that wait: the next
+# request for a connection starts a new one at once.
+DB_POOL_RECONNECT_SECONDS = env_float("AGENTOPS_DB_RECONNECT_SECONDS", 5.0)
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+    # Health checks: a connection is checked before it is handed out (from the pool, or
+    # reused by a request), so one that a database restart or pg_terminate_backend ended
+    # is replaced instead of failing the request (docs/database-faults.md).
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0,
+                                                  conn_health_checks=True)}
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # A database that does not answer fails a connection attempt after this
+        # long, and a dead peer is noticed by TCP keepalives, not never.
+        DATABASES["default"]["OPTIONS"] = {
+            "connect_timeout": env_int("AGENTOPS_DB_CONNECT_TIMEOUT", 5),
+            "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+            "keepalives_count": 3,
+        }
         if env_bool("AGENTOPS_DB_POOL") and "qcluster" not in sys.argv:
-            DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": 2, "max_size": 20}}
+            # a request waits this long for a connection, then gets a 503 (runs/middleware.py)
+            DATABASES["default"]["OPTIONS"]["pool"] = {
+                "min_size": 2, "max_size": 20,
+                "timeout": env_float("AGENTOPS_DB_POOL_TIMEOUT", 10.0),
+                "reconnect_timeout": DB_POOL_RECONNECT_SECONDS}
         else:
             DATABASES["default"]["CONN_MAX_AGE"] = 60
-            DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
@@ -177,6 +197,8 @@ AGENTOPS_WORKERS = env_int("AGENTOPS_WORKERS", max(2, os.cpu_count() or 2))
 Q_CLUSTER = {
     "name": os.environ.get("Q_CLUSTER_NAME", "agentops"),
     "orm": "default",
+    # the ORM broker, whose pusher waits out a database fault instead of stopping 10 s
+    "broker_class": "runs.broker.ReconnectingORM",
     "workers": AGENTOPS_WORKERS,
     "timeout": env_int("AGENTOPS_TASK_TIMEOUT", 600),
     "retry": env_int("AGENTOPS_TASK_RETRY", 660),
@@ -212,16 +234,29 @@ AGENTOPS = {
     "WORKER_DB_POOL_SIZE": env_int("AGENTOPS_WORKER_DB_POOL", 10),
     # how long a run's thread waits for a pooled connection before its step fails
     "WORKER_DB_POOL_TIMEOUT": env_float("AGENTOPS_WORKER_DB_POOL_TIMEOUT", 30.0),
+    "DB_POOL_RECONNECT_SECONDS": DB_POOL_RECONNECT_SECONDS,
     # a task hosting runs stops claiming after this, well inside the task timeout
     "WORKER_TASK_SECONDS": env_float("AGENTOPS_WORKER_TASK_SECONDS", 300.0),
     # how long a stopping qcluster waits for its processes before killing them
     "SHUTDOWN_GRACE_SECONDS": env_float("AGENTOPS_SHUTDOWN_GRACE", 20.0),
+    # The self-healing worker tree (runs/cluster/, docs/workers.md): how long work may
+    # wait while every worker is idle before the sentinel replaces its generation; how
+    # long the sentinel's guard loop and the qcluster main may stay silent before the
+    # process above them replaces them.
+    "WATCHDOG_SECONDS": env_float("AGENTOPS_WATCHDOG_SECONDS", 3.0),
+    "SENTINEL_STALE_SECONDS": env_float("AGENTOPS_SENTINEL_STALE", 10.0),
+    "MAIN_STALE_SECONDS": env_float("AGENTOPS_MAIN_STALE", 30.0),
     # checkpoint retention: the latest N per branch of ended runs, after a grace period
     "RETENTION_KEEP_PER_BRANCH": env_int("AGENTOPS_RETENTION_KEEP", 3),
     "RETENTION_GRACE_HOURS": env_float("AGENTOPS_RETENTION_GRACE_HOURS", 24.0),
     # Expire at once the lease of a dead worker process on this host (else: wait
     # for the lease to run out, as for a worker on another host).
     "DETECT_DEAD_LOCAL_WORKERS": env_bool("AGENTOPS_DETECT_DEAD_LOCAL_WORKERS", True),
+    # When a queued or running run shows as stalled (runs/stalls.py, docs/stalls.md):
+    # queued and unclaimed this long; silent this long (an agent's expected_cadence
+    # overrides it). A run whose lease ran out is stalled one lease period later.
+    "STALL_UNCLAIMED_SECONDS": env_float("AGENTOPS_STALL_UNCLAIMED", 60.0),
+    "EXPECTED_CADENCE_SECONDS": env_float("AGENTOPS_EXPECTED_CADENCE", 300.0),
     "AGENT_MODULES": env_list("AGENTOPS_AGENT_MODULES"),
     "FAULTS_DIR": os.environ.get("AGENTOPS_FAULTS_DIR", ""),
     "LIVE_POLL_SECONDS": env_float("AGENTOPS_LIVE_POLL", 0.5),
@@ -233,6 +268,10 @@ AGENTOPS = {
     "LLM_BASE_URL": os.environ.get("AGENTOPS_LLM_BASE_URL", ""),
     "LLM_MODEL": os.environ.get("AGENTOPS_LLM_MODEL", "scripted"),
     "LLM_API_KEY": os.environ.get("AGENTOPS_LLM_API_KEY", ""),
+    # The built-in HTTP and LLM tools' retry policy (docs/retries.md): transient
+    # errors are retried for this long, with waits growing up to the maximum.
+    "TOOL_RETRY_FOR_SECONDS": env_float("AGENTOPS_TOOL_RETRY_FOR", 3600.0),
+    "TOOL_RETRY_MAX_INTERVAL": env_float("AGENTOPS_TOOL_RETRY_MAX_INTERVAL", 30.0),
 }
 
 # --- auth, i18n, static -----------------------------------------------------

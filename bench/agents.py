@@ -50,19 +50,25 @@ class PlainContext:
 
     def call(self, tool, *args, **kwargs):
         from runs.durable import ToolFailedError
+        from runs.durable.retry import retry_after, retryable
 
         self._seq += 1
         if tool.idempotent:
             kwargs["idempotency_key"] = f"plain:{self.step_no}:{self._seq}"
-        for attempt in range(1, tool.retry.attempts + 1):
+        started, attempt = time.time(), 0
+        while True:
+            attempt += 1
             try:
                 return tool.fn(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - as the engine: a failure is data
-                if getattr(exc, "permanent", False) or type(exc).__name__ == \
-                        "PermanentToolError" or attempt == tool.retry.attempts:
+                wait = tool.retry.next_wait(attempt, first_at=started, now=time.time(),
+                                            key=kwargs.get("idempotency_key", ""),
+                                            retry_after=retry_after(exc)) \
+                    if retryable(exc, idempotent=tool.idempotent) else None
+                if wait is None:
                     raise ToolFailedError(tool.name, type(exc).__name__, str(exc),
                                           attempt) from exc
-                time.sleep(tool.retry.delay(attempt))
+                time.sleep(wait)
 
     def log(self, message):
         pass

@@ -31,7 +31,7 @@ SANDBOX = sandbox_url()
 
 
 # --- crawl ---------------------------------------------------------------------------------------
-@agent("crawl", version="1")
+@agent("crawl", version="2")
 class Crawl(Agent):
     """Crawl the sandbox's generated site breadth-first; report terms, links and failures."""
 
@@ -77,8 +77,13 @@ class Crawl(Agent):
         for n in crawl.take(state["batch"]):
             try:
                 crawl.add_page(ctx.call(site.fetch_page, crawl.url(n)))
-            except ToolFailedError as failure:  # a 404, or a 503 that outlasted its retries
-                crawl.add_failure(n, failure.message)
+            except ToolFailedError as failure:
+                if not failure.permanent:
+                    # Unreachable for longer than the retry policy waits (or an operator
+                    # gave up): not a fact about the page, so not a failed page. The run
+                    # fails; retrying it fetches the page again.
+                    raise
+                crawl.add_failure(n, failure.message)  # the page does not exist (404)
         ctx.progress(crawl.fetched, len(crawl.seen), crawl.summary())
         return crawl.dump()
 

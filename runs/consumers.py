@@ -3,12 +3,16 @@ layer only says "run X has something after seq N".
 
 Run page, ws/runs/<id>/ (the owner, or an operator)::
 
-    client → {"type": "hello", "after": N}     send me every event after N, then live ones
+    client → {"type": "hello", "after": N, "stalled": K}   send me every event after N, then
+                                                  live ones; K: the kind of stall the page
+                                                  shows (null or absent: none)
              {"type": "resume", "after": N}    same; the client saw a gap and asks again
              {"type": "ping"}                  answered with {"type": "pong"}
     server → {"type": "welcome", "run": id, "after": N, "head": H}   (H: the last seq this
                                                   process knew of, 0 if it has not looked yet)
              {"type": "events", "events": [{"seq", "kind", "data", "at", "text"}, ...]}
+             {"type": "stall", "stall": {"kind", "since", "why"} | null}   the run stalled,
+                                                  or moved again (runs/stalls.py)
              {"type": "error", "code": ..., "error": ...}   the connection stays usable
 
 Events are sent in seq order, each exactly once per hello: a consumer keeps a cursor
@@ -16,11 +20,13 @@ Events are sent in seq order, each exactly once per hello: a consumer keeps a cu
 
 Run list, ws/runs/::
 
-    client → {"type": "watch", "runs": {id: seq, ...}, "newest": id}
+    client → {"type": "watch", "runs": {id: seq, ...}, "newest": id,
+              "stalled": {id: kind, ...}}       (optional: the rows shown as stalled)
     server → {"type": "watching", "runs": [id, ...]}    the ones it follows (the user's own)
              {"type": "runs", "runs": [summary, ...]}   rows that moved past the seq given
              {"type": "new_runs", "newest": id}         the user launched a run elsewhere
                                                         (checked once a second)
+             {"type": "stalls", "runs": {id: stall | null}}   rows whose stall changed
 
 Wake-ups come two ways, and either alone is enough. One `LiveHub` per Daphne
 process follows every run that a socket here watches. It joins the group
@@ -30,7 +36,9 @@ And it polls the heads (`Run.event_seq`) of all of them, once per
 LIVE_POLL_SECONDS and in one query, so a missed or impossible wake-up (no Redis:
 the in-memory layer does not cross processes; Redis down or restarted) costs at
 most one poll interval. The hub also keeps the last events of each followed run,
-so N viewers of a run cost one query per change, not N.
+so N viewers of a run cost one query per change, not N. A stall is the absence of
+events, so no wake-up announces it: the same poll reads what the stall rule needs
+and each feed says when its run's stall changed.
 """
 
 from __future__ import annotations
@@ -52,7 +60,8 @@ from channels.utils import await_many_dispatch
 from django.conf import settings
 from django.db import connections
 
-from runs import live_access, selectors, untrusted
+from runs import live_access, live_shutdown, selectors, untrusted
+from runs.db import DATABASE_FAULTS
 from runs.live import run_group
 
 try:
@@ -75,6 +84,9 @@ RESYNC_EVERY = 600.0    # seconds between re-joins of every group (they expire i
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 CLOSE_PROTOCOL = 4400
+CLOSE_TRY_AGAIN_LATER = 4013  # 1013 in the application range (runs/live_shutdown.py): the
+                              # database stayed away; the page reconnects with backoff
+DATABASE_RETRY_SECONDS = 30.0  # how long a socket's request waits out a database fault
 
 
 def poll_seconds() -> float:
@@ -110,6 +122,7 @@ class Feed:
         self.hint = 0          # a wake-up said the head is at least this
         self.tail: deque[tuple[int, str]] = deque(maxlen=TAIL)  # contiguous, ends at head
         self.subscribers: set = set()
+        self.stall: dict | None | object = UNKNOWN  # the run's stall at the last poll
 
     @property
     def wants_events(self) -> bool:
@@ -131,6 +144,15 @@ class Feed:
         after = self.tail[-1][0] if self.tail else 0
         return self.run_id, max(after, self.hint - TAIL), self.hint
 
+    def set_stall(self, stall: dict | None) -> None:
+        """A poll read the run's stall: wake the sockets if it started, ended or changed
+        its kind (not for the text, whose durations grow every second)."""
+        if _stall_key(stall) == _stall_key(self.stall):
+            return
+        self.stall = stall
+        for subscriber in list(self.subscribers):
+            subscriber.feed_advanced(self)
+
     def advance(self, events: list[tuple[int, str]]) -> None:
         """The hub fetched up to the hint: keep the events, move the head, wake the sockets."""
         for seq, text in events:
@@ -140,6 +162,24 @@ class Feed:
         self.head = max(self.head, self.hint)
         for subscriber in list(self.subscribers):
             subscriber.feed_advanced(self)
+
+
+UNKNOWN = object()  # a feed's stall before its first poll
+
+
+def _stall_key(stall) -> str | None:
+    if stall is UNKNOWN:
+        return "unknown"
+    return stall["kind"] if stall else None
+
+
+def _shown_stall(value, field: str) -> dict | None:
+    """The stall a page says it shows, as the hub's feeds hold one (only the kind counts)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > 40:
+        raise ProtocolError("bad_field", f'"{field}" must be the kind of stall shown, or null')
+    return {"kind": value}
 
 
 class LiveHub:
@@ -277,10 +317,11 @@ class LiveHub:
         if now - self.last_poll >= poll_seconds() or new:
             self.last_poll = now
             heads = await self.load_heads(list(self.feeds))
-            for run_id, head in heads.items():
+            for run_id, (head, stall) in heads.items():
                 feed = self.feeds.get(run_id)
                 if feed is not None:
                     feed.hint = max(feed.hint, head)
+                    feed.set_stall(stall)
         moving = [feed for feed in self.feeds.values() if feed.hint > feed.head]
         if not moving:
             return
@@ -301,6 +342,22 @@ def hub() -> LiveHub:
     return _hub
 
 
+async def through_database_faults(call):
+    """`await call()`, again after a database fault (a terminated connection, a
+    restart) until DATABASE_RETRY_SECONDS have passed. Each try gets a sound
+    connection: Channels drops an unusable one around every database call."""
+    delay, deadline = 0.1, time.monotonic() + DATABASE_RETRY_SECONDS
+    while True:
+        try:
+            return await call()
+        except DATABASE_FAULTS as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            logger.warning("live socket: database unavailable (%s); trying again", exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
 # --- the shared socket behaviour --------------------------------------------------------------
 class ProtocolError(Exception):
     def __init__(self, code: str, message: str):
@@ -319,8 +376,18 @@ class LiveConsumer(AsyncWebsocketConsumer):
         channel layer for every socket of the process."""
         self.scope = scope
         self.base_send = send
-        with contextlib.suppress(StopConsumer):
-            await await_many_dispatch([receive], self.dispatch)
+        self.gone = asyncio.Event()  # set when this socket's application ends
+        self.open = False
+        self.restarting = False
+        try:
+            with contextlib.suppress(StopConsumer):
+                await await_many_dispatch([receive], self.dispatch)
+        except asyncio.CancelledError:
+            if self.open:  # Daphne is stopping (SIGTERM) and cancels every application
+                await live_shutdown.close_cleanly(self, receive)
+            raise
+        finally:
+            self.gone.set()
 
     async def connect(self):
         self.errors = 0
@@ -330,10 +397,15 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        if not await self.allowed(user):
+        if not await through_database_faults(lambda: self.allowed(user)):
             await self.close(code=CLOSE_NOT_FOUND)
             return
         await self.accept()
+        self.open = True
+        if live_shutdown.stopping():
+            await self.close_for_restart()
+            return
+        live_shutdown.opened(self)  # a stopping Daphne closes it with 4012
         # logout, a password change, ... close the socket (runs/live_access.py)
         self.user_id = user.pk
         self.session_key = getattr(self.scope.get("session"), "session_key", None)
@@ -345,6 +417,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if getattr(self, "pump_task", None) is not None:
             self.pump_task.cancel()
             live_access.watcher().remove(self)
+        self.open = False
+        live_shutdown.closed(self)
         self.stopped()
 
     async def may_view(self, user) -> bool:
@@ -365,12 +439,23 @@ class LiveConsumer(AsyncWebsocketConsumer):
                 raise ProtocolError("unknown_type",
                                     f"unknown message type {message['type'][:40]!r}; "
                                     f"expected one of: {known}")
-            await handler(message)
+            await through_database_faults(lambda: handler(message))
+        except DATABASE_FAULTS:
+            await self.close(code=CLOSE_TRY_AGAIN_LATER)  # the page reconnects and asks again
         except ProtocolError as exc:
             self.errors += 1
             await self.send_json({"type": "error", "code": exc.code, "error": str(exc)})
             if self.errors >= MAX_ERRORS:
                 await self.close(code=CLOSE_PROTOCOL)
+
+    async def close_for_restart(self) -> None:
+        """This process is stopping: nothing more is sent, the page reconnects."""
+        if self.restarting:
+            return
+        self.restarting = True
+        if self.pump_task is not None:
+            self.pump_task.cancel()
+        await self.close(code=live_shutdown.CLOSE_SERVICE_RESTART)
 
     async def send_json(self, content: dict) -> None:
         await self.send(text_data=json.dumps(content, ensure_ascii=False))
@@ -387,7 +472,14 @@ class LiveConsumer(AsyncWebsocketConsumer):
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), timeout=self.pump_timeout())
                 self.wake.clear()
-                await self.pump()
+                try:
+                    await self.pump()
+                except DATABASE_FAULTS as exc:
+                    # The cursor moved only past what was sent: the next try goes on
+                    # from there, so the socket stays open and nothing is skipped.
+                    logger.warning("live socket: database unavailable (%s); trying again", exc)
+                    await asyncio.sleep(poll_seconds())
+                    self.wake.set()
         except asyncio.CancelledError:
             pass
         except Exception:
@@ -435,6 +527,7 @@ class RunConsumer(LiveConsumer):
         self.generation = 0
         self.from_db = False
         self.welcome_due = False
+        self.stall_sent: object = UNKNOWN
         return await self.may_view(user)
 
     async def may_view(self, user) -> bool:
@@ -451,13 +544,23 @@ class RunConsumer(LiveConsumer):
         return {"hello": self.hello, "resume": self.hello, "ping": self.ping}
 
     async def hello(self, message):
+        shown = _shown_stall(message.get("stalled"), "stalled")
         self.cursor = _after(message)
         self.generation += 1
         self.from_db = True        # catch up from the database itself, never only the cache
         self.welcome_due = True
+        self.stall_sent = shown
         self.wake.set()
 
     async def pump(self):
+        await self.events_pump()
+        stall = self.feed.stall
+        if self.cursor is not None and stall is not UNKNOWN and \
+                _stall_key(stall) != _stall_key(self.stall_sent):
+            self.stall_sent = stall
+            await self.send_json({"type": "stall", "stall": stall})
+
+    async def events_pump(self):
         while self.cursor is not None:
             generation = self.generation
             if self.welcome_due:
@@ -487,6 +590,7 @@ class RunListConsumer(LiveConsumer):
         self.newest: str | None = None
         self.watching = False
         self.check_new_at = 0.0
+        self.stalls_sent: dict[str, object] = {}
         return True
 
     async def started(self):
@@ -512,10 +616,15 @@ class RunListConsumer(LiveConsumer):
                                              "the event seq shown")
         if newest is not None and not untrusted.is_run_id(newest):
             raise ProtocolError("bad_field", '"newest" must be a run id or null')
+        shown = message.get("stalled") or {}
+        if not isinstance(shown, dict):
+            raise ProtocolError("bad_field", '"stalled" must map run ids to the kind of stall shown')
+        shown = {run_id: _shown_stall(kind, "stalled") for run_id, kind in shown.items()}
         owned = await database_sync_to_async(self._owned)(list(runs))
         for run_id in set(self.known) - owned:
             hub().unsubscribe(run_id, self)
         self.known = {run_id: runs[run_id] for run_id in owned}
+        self.stalls_sent = {run_id: shown.get(run_id) for run_id in owned}
         for run_id in owned:
             hub().subscribe(run_id, self)
         self.newest = newest
@@ -523,6 +632,16 @@ class RunListConsumer(LiveConsumer):
         self.check_new_at = 0.0
         await self.send_json({"type": "watching", "runs": sorted(owned)})
         self.wake.set()
+
+    async def send_stalls(self, feeds) -> None:
+        changed = {}
+        for run_id in self.known:
+            stall = feeds[run_id].stall if run_id in feeds else UNKNOWN
+            if stall is not UNKNOWN and \
+                    _stall_key(stall) != _stall_key(self.stalls_sent.get(run_id)):
+                changed[run_id] = self.stalls_sent[run_id] = stall
+        if changed:
+            await self.send_json({"type": "stalls", "runs": changed})
 
     def _owned(self, run_ids) -> set[str]:
         return set(selectors.run_list(self.user).filter(pk__in=run_ids)
@@ -538,8 +657,10 @@ class RunListConsumer(LiveConsumer):
             rows = await database_sync_to_async(selectors.run_summaries)(self.user, moved)
             for row in rows:
                 self.known[row["id"]] = max(self.known.get(row["id"], 0), row["seq"])
+                self.stalls_sent[row["id"]] = row["stall"]  # the row drew its stall too
             if rows:
                 await self.send_json({"type": "runs", "runs": rows})
+        await self.send_stalls(feeds)
         if time.monotonic() >= self.check_new_at:
             self.check_new_at = time.monotonic() + NEW_RUNS_EVERY
             newest = await database_sync_to_async(selectors.newest_run_id)(self.user)

@@ -9,14 +9,29 @@ thread holds a connection only while it talks to the database: the store is
 wrapped so that every call hands the connection back to the pool.
 
 SQLite has no pool: each thread keeps its own connection (a file handle).
+
+Connection faults (a terminated backend, a database restart) are survived: the
+pool checks a connection before handing it out (CONN_HEALTH_CHECKS), and a run
+whose store call failed waits here for the database to answer and takes itself
+back (runs/durable/executor.py, `reconnect`).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import threading
 
 from django.conf import settings
-from django.db import connection, connections
+from django.db import InterfaceError, OperationalError, connection, connections
+
+logger = logging.getLogger("agentops.db")
+
+# What a lost connection, a restarting or unreachable database raise (a pool that
+# cannot hand out a connection in time raises OperationalError too).
+DATABASE_FAULTS = (OperationalError, InterfaceError)
+RECONNECT_FIRST_DELAY = 0.05
+RECONNECT_MAX_DELAY = 1.0
 
 # Connections inherited from the parent at fork: closing them would end the
 # parent's session on the shared socket, dropping them would let the garbage
@@ -37,7 +52,8 @@ def use_pool_in_this_process() -> bool:
     # Every thread's wrapper reads this same dict, so the pool is process-wide.
     db["OPTIONS"] = {**db.get("OPTIONS", {}), "pool": {
         "min_size": min(2, size), "max_size": size,
-        "timeout": settings.AGENTOPS["WORKER_DB_POOL_TIMEOUT"]}}
+        "timeout": settings.AGENTOPS["WORKER_DB_POOL_TIMEOUT"],
+        "reconnect_timeout": settings.AGENTOPS["DB_POOL_RECONNECT_SECONDS"]}}
     db["CONN_MAX_AGE"] = 0  # Django refuses persistent connections with a pool
     return True
 
@@ -72,3 +88,38 @@ class ReleasingStore:
                 release_connection()
 
         return call
+
+
+def wait_for_database(error: BaseException, stop: threading.Event) -> bool:
+    """After `error`, True once the database answers again on a fresh connection.
+
+    False for an error that is not a connection fault (a bug stays a failure), and
+    once `stop` is set: a stopping worker leaves the run to its lease and the sweep.
+    """
+    if not isinstance(error, DATABASE_FAULTS):
+        return False
+    delay = RECONNECT_FIRST_DELAY
+    while not stop.is_set():
+        try:
+            connection.close()  # the broken one: back to the pool, which drops it
+            _drop_dead_pooled_connections()
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            return True
+        except DATABASE_FAULTS as exc:
+            logger.warning("database not answering yet (%s); retrying in %.2f s", exc, delay)
+            stop.wait(delay)
+            delay = min(delay * 2, RECONNECT_MAX_DELAY)
+        finally:
+            release_connection()
+    return False
+
+
+def _drop_dead_pooled_connections() -> None:
+    """The pool's idle connections likely died with the one that failed (a restart,
+    pg_terminate_backend). The pool finds a dead one only when it is about to hand
+    it out, and then sleeps before the next try (1 s, then 2 s...): checking them
+    all now spares every thread of this process that wait."""
+    pool = connection.pool if pooled() else None
+    if pool is not None:
+        pool.check()

@@ -22,7 +22,7 @@ import time
 from functools import reduce
 from operator import or_
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Q
 
 from runs.db import release_connection
@@ -62,8 +62,9 @@ class LeaseKeeper:
                 interval = max(0.05, min(s.config.lease_seconds for s in sessions) / 4)
                 try:
                     self.renew_due(sessions)
-                except DatabaseError:  # the database may be restarting: next tick
-                    logger.exception("lease renewal failed")
+                except DatabaseError as exc:  # the database may be restarting: next tick
+                    logger.warning("lease renewal failed: %s", exc)
+                    connection.close()  # a broken connection is not reused (no pool: ours)
                 except Exception:  # noqa: BLE001 - every held run depends on this thread
                     logger.exception("lease keeper: unexpected error, going on")
                 finally:

@@ -165,6 +165,10 @@ class Effect(models.Model):
             models.UniqueConstraint(fields=["run", "branch", "step_no", "seq"], name="effect_unique_position"),
             models.UniqueConstraint(fields=["key"], name="effect_unique_key"),
         ]
+        # What a rollback marks superseded, found without reading the effects an
+        # earlier rollback already marked (runs/store.py, superseded_effects).
+        indexes = [models.Index(fields=["run", "branch", "step_no"], name="effect_live_position",
+                                condition=models.Q(superseded=False))]
 
     def __str__(self):
         return f"{self.tool} @ {self.branch}/{self.step_no}/{self.seq} ({self.status})"

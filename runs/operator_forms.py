@@ -63,12 +63,30 @@ class RunActionForm(ReasonForm):
         "cancel": "Cancel",
         "retry": "Retry from last checkpoint",
         "upgrade": "Continue on the current version",
+        "retry_now": "Retry now",
+        "give_up": "Give up retrying",
+    }
+    # What cannot be taken back: the pages set these apart and ask before doing them.
+    CONFIRM = {
+        "cancel": "Cancel this run? It stops at its next effect boundary and cannot be resumed.",
+        "give_up": "Give up retrying? The call fails with a tool error the agent sees.",
     }
     action = forms.ChoiceField(choices=list(ACTIONS.items()))
 
 
 class RollbackForm(ReasonForm):
+    THEN = {
+        "pause": "Stay paused on the new branch (resume it when ready)",
+        "resume": "Resume: the new branch starts at once",
+    }
     checkpoint = forms.IntegerField(min_value=1)
+    then = forms.ChoiceField(choices=list(THEN.items()), widget=forms.RadioSelect,
+                             label="After the rollback",
+                             error_messages={"required": "Choose whether the run resumes or "
+                                                         "stays paused after the rollback."})
+
+    def resume(self) -> bool:
+        return self.cleaned_data["then"] == "resume"
 
 
 class JSONField(JSONTextField):
@@ -106,7 +124,9 @@ class EditStateForm(ReasonForm):
 
 
 class BulkActionForm(ReasonForm):
-    ACTIONS = {"pause": "Pause", "resume": "Resume", "cancel": "Cancel"}
+    ACTIONS = {"pause": "Pause", "resume": "Resume", "cancel": "Cancel",
+               "retry_now": "Retry now (runs waiting to retry)",
+               "give_up": "Give up retrying"}
     action = forms.ChoiceField(choices=list(ACTIONS.items()))
     run = forms.MultipleChoiceField(error_messages={"required": "Select at least one run."})
 

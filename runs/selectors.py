@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from django.db.models import Count, Q
 from django.http import Http404
+from django.utils import timezone
 
+from runs import stalls
 from runs.durable import records as r
 from runs.models import Checkpoint, Effect, Run, RunEvent
 
@@ -68,17 +70,18 @@ def newest_run_id(user) -> str | None:
             .values_list("pk", flat=True).first())
 
 
-SUMMARY_FIELDS = ("id", "status", "event_seq", "step_no", "branch", "progress_done",
-                  "progress_total", "progress_message", "attention")
+SUMMARY_FIELDS = ("id", "event_seq", "step_no", "branch", "progress_done",
+                  "progress_total", "progress_message", "attention", *stalls.FIELDS)
 
 
 def run_summaries(user, run_ids) -> list[dict]:
     """What a row of the run list shows, for live updates."""
     rows = Run.objects.filter(owner=user, pk__in=list(run_ids)).values(*SUMMARY_FIELDS)
-    return [summary_message(row) for row in rows]
+    now, within = timezone.now(), stalls.limits()
+    return [summary_message(row, stalls.stall_of(row, now, within)) for row in rows]
 
 
-def summary_message(row: dict) -> dict:
+def summary_message(row: dict, stall: stalls.Stall | None = None) -> dict:
     total, done = row["progress_total"], row["progress_done"]
     if total:
         percent = max(0.0, min(100.0, 100.0 * done / total))
@@ -88,7 +91,8 @@ def summary_message(row: dict) -> dict:
             "step": row["step_no"], "branch": row["branch"], "done": done, "total": total,
             "percent": round(percent, 1), "message": row["progress_message"],
             "final": row["status"] in r.FINAL_STATUSES,
-            "asks": row["status"] == r.WAITING and (row["attention"] or {}).get("kind") == "input"}
+            "asks": row["status"] == r.WAITING and (row["attention"] or {}).get("kind") == "input",
+            "stall": stall.as_dict() if stall else None}
 
 
 # --- events -------------------------------------------------------------------------------
@@ -129,8 +133,15 @@ def progress_samples(run: Run, limit: int = 60) -> list[dict]:
              "total": e.data.get("total", 0)} for e in reversed(rows)]
 
 
-def run_heads(run_ids) -> dict[str, int]:
-    return dict(Run.objects.filter(pk__in=list(run_ids)).values_list("pk", "event_seq"))
+def run_heads(run_ids) -> dict[str, tuple[int, dict | None]]:
+    """Each run's last event seq and its stall (as a dict, or None), in one query."""
+    rows = Run.objects.filter(pk__in=list(run_ids)).values("pk", "event_seq", *stalls.FIELDS)
+    now, within = timezone.now(), stalls.limits()
+    heads = {}
+    for row in rows:
+        stall = stalls.stall_of(row, now, within)
+        heads[row["pk"]] = (row["event_seq"], stall.as_dict() if stall else None)
+    return heads
 
 
 # --- effects and checkpoints ------------------------------------------------------------------
@@ -139,6 +150,15 @@ def run_effects(run: Run, limit: int = EFFECTS_SHOWN) -> tuple[list[Effect], int
     effects = Effect.objects.filter(run=run).exclude(kind__in=[r.NOW, r.RANDOM])
     total = effects.count()
     return list(effects.order_by("-started_at", "-id")[:limit]), total
+
+
+def run_current_step(run: Run) -> int:
+    """The step the run is in, or last finished: past its last checkpoint's step when its
+    branch logged effects of later steps (an agent may checkpoint only every N steps).
+    The run page's live script applies the same rule to effect events (static/js/run.js)."""
+    later = (Effect.objects.filter(run=run, branch=run.branch, step_no__gt=run.step_no)
+             .order_by("-step_no").values_list("step_no", flat=True).first())
+    return later if later is not None else run.step_no
 
 
 TIMELINE_CHECKPOINTS = 2000

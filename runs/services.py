@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import DEFAULT_DB_ALIAS
 
 from runs.durable import control
 from runs.durable import records as r
 from runs.live import notify_run
 from runs.models import Run
-from runs.store import OrmStore, to_dt
+from runs.store import OrmStore, run_row
 from runs.worker import enqueue_run
 
 
@@ -30,7 +29,7 @@ def _actor(user) -> str:
 def _after(record: r.RunRecord) -> Run:
     if record.status == r.QUEUED:
         enqueue_run(record.id)
-    return Run.objects.get(pk=record.id)
+    return run_row(record)  # as committed: reading it back costs a query for nothing
 
 
 def run_launch(*, user: AbstractBaseUser | None, agent: str, inputs) -> Run:
@@ -40,19 +39,9 @@ def run_launch(*, user: AbstractBaseUser | None, agent: str, inputs) -> Run:
                             owner=str(user.pk) if user is not None else "",
                             max_input_bytes=settings.AGENTOPS["MAX_INPUT_BYTES"])
     enqueue_run(record.id)
-    return _launched(record)
-
-
-def _launched(record: r.RunRecord) -> Run:
-    """The new run as the store wrote it, not read back (a worker may already hold it
-    by now anyway): a quarter of a launch's time went to reading it."""
-    row = Run(id=record.id, owner_id=int(record.owner) if record.owner.isdigit() else None,
-              agent=record.agent, agent_version=record.agent_version, inputs=record.inputs,
-              status=record.status, event_seq=record.event_seq,
-              created_at=to_dt(record.created_at), updated_at=to_dt(record.updated_at))
-    row._state.adding = False
-    row._state.db = DEFAULT_DB_ALIAS
-    return row
+    # as the store wrote it, not read back (a worker may already hold it by now anyway):
+    # a quarter of a launch's time went to reading it
+    return run_row(record)
 
 
 def run_pause(*, run_id: str, user, reason: str = "") -> Run:
@@ -68,9 +57,19 @@ def run_cancel(*, run_id: str, user, reason: str = "") -> Run:
     return _after(control.cancel(store(), run_id, actor=_actor(user), reason=reason))
 
 
-def run_rollback(*, run_id: str, checkpoint: int, user, reason: str = "") -> Run:
+def run_retry_now(*, run_id: str, user, reason: str = "") -> Run:
+    return _after(control.retry_now(store(), run_id, actor=_actor(user), reason=reason))
+
+
+def run_give_up(*, run_id: str, user, reason: str = "") -> Run:
+    return _after(control.give_up(store(), run_id, actor=_actor(user), reason=reason))
+
+
+def run_rollback(*, run_id: str, checkpoint: int, user, reason: str = "",
+                 resume: bool | None = None) -> Run:
+    """`resume`: the new branch runs, or waits paused; None: a paused run stays paused."""
     return _after(control.rollback(store(), run_id, checkpoint=checkpoint, actor=_actor(user),
-                                   reason=reason))
+                                   reason=reason, resume=resume))
 
 
 def run_resolve_effect(*, run_id: str, seq: int, resolution: str, user, reason: str = "",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from datetime import timezone as dt_timezone
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, transaction
 from django.db.models import F, Q
 
 from runs import store_pg
@@ -22,7 +22,14 @@ from runs.durable.faults import faults
 from runs.models import AuditEntry, Checkpoint, Effect, Run, RunEvent
 
 RUN_TIME_FIELDS = {"lease_expires_at", "wake_at", "suspended_at", "created_at", "updated_at"}
+# the Run columns a RunRecord carries (its `owner` is the owner_id)
+RECORD_COLUMNS = ("id", "agent", "agent_version", "inputs", "status", "branch", "step_no",
+                  "epoch", "lease_owner", "lease_expires_at", "control", "output", "error",
+                  "attention", "progress_done", "progress_total", "progress_message",
+                  "wake_at", "crash_count", "crash_step", "event_seq", "created_at",
+                  "updated_at", "suspended_at")
 LOAD_PAGE = 500  # effects read a query at a time on resume (see live_effects)
+COMMIT_READ = ("epoch", "event_seq", "control", "checkpoint_count", "agent", "branch")
 EFFECT_UPDATE_FIELDS = ["status", "result", "error", "attempts", "finished_at", "resolution",
                         "superseded", "worker", "started_at", "epoch"]
 
@@ -55,6 +62,9 @@ class OrmStore:
                 RunEvent.objects.create(run=row, seq=1, kind="status", data=event)
         self._notify_on_commit(row.id, 1)
         return run_record(row)
+
+    def get(self, run_id: str) -> r.RunRecord:
+        return run_record(self._get(run_id))
 
     def load(self, run_id: str) -> r.Loaded:
         row = self._get(run_id)
@@ -126,13 +136,14 @@ class OrmStore:
             if Run.objects.filter(pk=run_id, epoch=epoch, **guard).update(**fields) != 1:
                 self._get(run_id)  # RunNotFoundError if it is gone
                 raise FencedError(run_id, epoch)  # a newer owner claimed the run
-            row = Run.objects.values("epoch", "event_seq", "control", "checkpoint_count",
-                                     "agent").get(pk=run_id)
-            seq = row["event_seq"] - new_events
+            # An operator's action hands the whole run back; a worker's write (every
+            # commit on SQLite) needs a few columns, not the inputs and the output.
+            rows = Run.objects if commit.audit is not None else Run.objects.only(*COMMIT_READ)
+            committed = rows.get(pk=run_id)
+            seq = committed.event_seq - new_events
             if commit.supersede is not None:
-                s = commit.supersede
-                (Effect.objects.filter(run_id=run_id, superseded=False)
-                 .filter(Q(step_no__gt=s.after_step) | ~Q(branch__in=s.keep_branches))
+                (Effect.objects.filter(superseded_where(committed.branch, commit.supersede),
+                                       run_id=run_id, superseded=False)
                  .update(superseded=True))
             if commit.effects:
                 Effect.objects.bulk_create(
@@ -142,10 +153,10 @@ class OrmStore:
             events = list(commit.events)
             number = None
             if commit.checkpoint is not None:
-                number = commit.checkpoint.number or row["checkpoint_count"]
+                number = commit.checkpoint.number or committed.checkpoint_count
                 cp = checkpoint_row(run_id, commit.checkpoint, number)
                 cp.save(force_insert=True)
-                faults.hit("after_checkpoint_before_event", row["agent"])
+                faults.hit("after_checkpoint_before_event", committed.agent)
                 events.append(("checkpoint", {"number": number, "branch": cp.branch,
                                               "step": cp.step_no, "size": cp.size,
                                               "reason": cp.reason}))
@@ -156,8 +167,9 @@ class OrmStore:
                 a = commit.audit
                 AuditEntry.objects.create(run_id=run_id, actor=a.actor, action=a.action,
                                           reason=a.reason, before=a.before, after=a.after)
-            self._notify_on_commit(run_id, row["event_seq"])
-        return r.CommitResult(row["epoch"], row["event_seq"], row["control"], number)
+            self._notify_on_commit(run_id, committed.event_seq)
+        return r.CommitResult(committed.epoch, committed.event_seq, committed.control, number,
+                              run_record(committed) if commit.audit is not None else None)
 
     def renew(self, run_id: str, epoch: int, lease_expires_at: float) -> str | None:
         updated = Run.objects.filter(pk=run_id, epoch=epoch).update(
@@ -170,8 +182,10 @@ class OrmStore:
     def due_runs(self, now: float, limit: int = 100) -> list[str]:
         return list(due_runs_queryset(now).order_by("updated_at").values_list("id", flat=True)[:limit])
 
-    def history(self, run_id: str) -> r.History:
-        self._get(run_id)
+    def history(self, run_id: str, query: r.HistoryQuery | None = None) -> r.History:
+        row = self._get(run_id)
+        if query is not None:
+            return queried_history(row, query)
         checkpoints = Checkpoint.objects.filter(run_id=run_id).order_by("number")
         effects = Effect.objects.filter(run_id=run_id).order_by("started_at", "id")
         return r.History([checkpoint_record(c) for c in checkpoints],
@@ -191,6 +205,37 @@ class OrmStore:
     def _notify_on_commit(self, run_id: str, seq: int) -> None:
         if self.notify is not None:
             transaction.on_commit(lambda: self.notify(run_id, seq))
+
+
+def queried_history(row: Run, query: r.HistoryQuery) -> r.History:
+    """The parts of the run's history `query` names (see HistoryQuery)."""
+    forks = list(Checkpoint.objects.filter(run_id=row.pk, parent_number__isnull=False)
+                 if query.forks else [])
+    wanted = {c.parent_number for c in forks} | {query.checkpoint} - {None}
+    found = {c.number: checkpoint_record(c) for c in forks}
+    for c in Checkpoint.objects.filter(run_id=row.pk, number__in=wanted - set(found)):
+        found[c.number] = checkpoint_record(c)
+    target = found.get(query.checkpoint)
+    if target is not None and target.codec == serde.PATCH_CODEC:
+        found.update((base.number, base) for base in patch_bases(row.pk, target))
+    where = Q(pk__in=[])
+    if query.superseded_by is not None:
+        where |= superseded_where(row.branch, query.superseded_by)
+    if query.step is not None:
+        where |= Q(branch=query.step[0], step_no=query.step[1])
+    effects = Effect.objects.filter(where, run_id=row.pk, superseded=False)
+    return r.History(sorted(found.values(), key=lambda c: c.number),
+                     [effect_record(e) for e in effects.order_by("branch", "step_no", "seq")])
+
+
+def superseded_where(newest_branch: int, supersede: r.Supersede) -> Q:
+    """The live effects `supersede` marks: after its step on the kept branches, all of
+    them on the others (a run's branches are 1 to its newest, the live one). Named
+    branch by branch, so that the scan stays inside the partial index of live effects
+    and reads what it marks, not what earlier rollbacks marked."""
+    dropped = [b for b in range(1, newest_branch + 1) if b not in supersede.keep_branches]
+    return (Q(branch__in=supersede.keep_branches, step_no__gt=supersede.after_step)
+            | Q(branch__in=dropped) | Q(branch__gt=newest_branch))
 
 
 def patch_bases(run_id: str, checkpoint: r.CheckpointRecord) -> list[r.CheckpointRecord]:
@@ -244,6 +289,16 @@ def run_record(row: Run) -> r.RunRecord:
         crash_count=row.crash_count, crash_step=row.crash_step, event_seq=row.event_seq,
         created_at=to_ts(row.created_at), updated_at=to_ts(row.updated_at),
         suspended_at=to_ts(row.suspended_at), owner=str(row.owner_id or ""))
+
+
+def run_row(record: r.RunRecord) -> Run:
+    """The Run model of a record as the store wrote it, without reading it back: the
+    columns the record does not carry are deferred (read if someone asks)."""
+    values = {f: getattr(record, f) for f in RECORD_COLUMNS}
+    values.update({name: to_dt(values[name]) for name in RUN_TIME_FIELDS})
+    values["owner_id"] = int(record.owner) if str(record.owner).isdigit() else None
+    names = [f.attname for f in Run._meta.concrete_fields if f.attname in values]  # its order
+    return Run.from_db(DEFAULT_DB_ALIAS, names, [values[name] for name in names])
 
 
 def checkpoint_record(row: Checkpoint) -> r.CheckpointRecord:

@@ -25,6 +25,7 @@ once, and each of them counts it towards its crash-loop guard.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 import signal
@@ -37,7 +38,13 @@ from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from runs.config import worker_config
-from runs.db import ReleasingStore, release_connection, use_pool_in_this_process
+from runs.db import (
+    DATABASE_FAULTS,
+    ReleasingStore,
+    release_connection,
+    use_pool_in_this_process,
+    wait_for_database,
+)
 from runs.durable import Outcome, WorkerConfig, execute_run
 from runs.leases import keeper
 from runs.live import notify_run
@@ -83,9 +90,17 @@ def execute_run_task(run_id: str) -> str:
             _die_by_sigterm()
 
 
+def _execute(run_id: str, config: WorkerConfig) -> str:
+    """One slice of a run. A run whose store call failed (a terminated connection, a
+    database restart) waits for the database and takes itself back, instead of
+    waiting for its lease to run out (runs/db.py)."""
+    return execute_run(store(), run_id, config, stop_event=STOP, leases=keeper,
+                       reconnect=functools.partial(wait_for_database, stop=STOP))
+
+
 def _execute_one(run_id: str) -> str:
     """One slice of one run, alone in this process."""
-    outcome = execute_run(store(), run_id, worker_config(), stop_event=STOP, leases=keeper)
+    outcome = _execute(run_id, worker_config())
     if outcome == Outcome.YIELDED:
         enqueue_run(run_id)
     elif outcome == Outcome.HANDED_OFF:
@@ -169,7 +184,7 @@ class RunSlots:
             max(self.slice, min(self.long_slice, self.deadline - time.monotonic()))
         config = self.configs[run_id] = worker_config(slice_seconds)
         try:
-            outcome = execute_run(store(), run_id, config, stop_event=STOP, leases=keeper)
+            outcome = _execute(run_id, config)
             if outcome == Outcome.YIELDED and not STOP.is_set():
                 # enqueued_at keeps the sweep from sending it a broker task unless it
                 # waits more than REQUEUE_STUCK_SECONDS for a slot.
@@ -198,11 +213,16 @@ class RunSlots:
 
 
 def _due_runs(exclude: list[str], limit: int) -> list[tuple[str, float]]:
-    """(run id, when it last changed), oldest first."""
+    """(run id, when it last changed), oldest first; none while the database is away
+    (the held runs go on, and free slots look again at the next poll)."""
     try:
         rows = (due_runs_queryset(time.time()).exclude(pk__in=exclude)
                 .order_by("updated_at").values_list("id", "updated_at")[:limit])
         return [(run_id, updated.timestamp()) for run_id, updated in rows]
+    except DATABASE_FAULTS as exc:
+        logger.warning("looking for due runs failed: %s", exc)
+        connection.close()  # the broken one (back to the pool, which drops it)
+        return []
     finally:
         release_connection()
 

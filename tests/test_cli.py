@@ -1,12 +1,20 @@
 """`manage.py runs`: the command line for scripts and operators."""
 
 import json
+import select
+import shlex
+import subprocess
+import sys
+import time
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
 
+from runs.management.commands.runs import Command
 from runs.models import AuditEntry, Run, RunEvent
+from runs.operator_forms import ReasonForm
+from tests.support.processes import ROOT, process_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,7 +78,7 @@ def test_watch_exits_non_zero_unless_the_run_succeeded():
     assert exit_info.value.code == 1
     ok = json.loads(runs("launch", "ticker", "--input", '{"steps": 1, "delay": 0}', "--json"))
     runs("execute", ok["id"])
-    assert "#" in runs("watch", ok["id"])  # prints the events, exits 0
+    assert "#" in runs("watch", ok["id"], "--from", "1")  # prints the events, exits 0
 
 
 def test_operator_subcommands_record_audit_entries():
@@ -78,7 +86,7 @@ def test_operator_subcommands_record_audit_entries():
     runs("pause", run["id"], "--reason", "maintenance")
     assert Run.objects.get(pk=run["id"]).status == "paused"
     with pytest.raises(CommandError, match="cannot pause a run that is paused"):
-        runs("pause", run["id"])
+        runs("pause", run["id"], "--reason", "again")
     runs("resume", run["id"], "--reason", "done")
     runs("execute", run["id"])
     runs("rollback", run["id"], "--checkpoint", "1", "--reason", "again")
@@ -90,4 +98,116 @@ def test_operator_subcommands_record_audit_entries():
     assert actions == [("pause", "cli", "maintenance"), ("resume", "cli", "done"),
                        ("rollback", "cli", "again")]
     with pytest.raises(CommandError, match="cannot resolve an effect"):
-        runs("resolve", run["id"], "--effect", "0", "--as", "done")
+        runs("resolve", run["id"], "--effect", "0", "--as", "done", "--reason", "checked")
+
+
+def test_every_subcommand_and_option_has_help_text():
+    parser = Command().create_parser("manage.py", "runs")
+    subparsers = next(a for a in parser._actions if a.dest == "subcommand")
+    summaries = {choice.dest: choice.help for choice in subparsers._choices_actions}
+    assert set(summaries) == set(subparsers.choices)
+    for name, sub in subparsers.choices.items():
+        assert summaries[name], f"`runs --help` says nothing about {name}"
+        assert sub.description, f"`runs {name} --help` has no description"
+        missing = [a.dest for a in sub._actions if not a.help]
+        assert not missing, f"`runs {name}` options without help: {missing}"
+
+
+def paused_ticker() -> str:
+    run = json.loads(runs("launch", "ticker", "--input", '{"steps": 2, "delay": 0}', "--json"))
+    runs("pause", run["id"], "--reason", "set up")
+    return run["id"]
+
+
+@pytest.mark.parametrize("reason", ["", "   "])
+@pytest.mark.parametrize("args", [
+    ["pause"], ["resume"], ["cancel"], ["retry-now"], ["give-up"],
+    ["rollback", "--checkpoint", "1"], ["resolve", "--effect", "0", "--as", "done"],
+])
+def test_an_empty_reason_is_refused_as_in_the_ui_and_changes_nothing(args, reason):
+    run_id = paused_ticker()
+    before = Run.objects.get(pk=run_id)
+    audit = AuditEntry.objects.count()
+    ui_says = ReasonForm({"reason": reason}).errors["reason"][0]
+    with pytest.raises(CommandError, match=f"--reason: {ui_says}"):
+        runs(args[0], run_id, *args[1:], "--reason", reason)
+    after = Run.objects.get(pk=run_id)
+    assert (after.status, after.control, after.branch, after.event_seq) == (
+        before.status, before.control, before.branch, before.event_seq)
+    assert AuditEntry.objects.count() == audit
+
+
+def test_resolve_refuses_a_result_that_is_not_json_as_the_ui_does():
+    run_id = paused_ticker()
+    with pytest.raises(CommandError, match="--result: Not valid JSON"):
+        runs("resolve", run_id, "--effect", "0", "--as", "skip", "--result", "{nope",
+             "--reason", "checked")
+
+
+def finished_ticker() -> Run:
+    run = json.loads(runs("launch", "ticker", "--input", '{"steps": 3, "delay": 0}', "--json"))
+    runs("execute", run["id"])
+    return Run.objects.get(pk=run["id"])
+
+
+def printed_seqs(text: str) -> list[int]:
+    return [int(line.split()[0][1:]) for line in text.splitlines() if line.startswith("#")]
+
+
+def test_watch_starts_from_now_and_from_n_with_from():
+    run = finished_ticker()
+    assert run.event_seq > 4
+    out, err = StringIO(), StringIO()
+    call_command("runs", "watch", run.pk, stdout=out, stderr=err)
+    assert printed_seqs(out.getvalue()) == []
+    assert "has ended (succeeded)" in err.getvalue()
+    assert printed_seqs(runs("watch", run.pk, "--from", "3")) == list(range(3, run.event_seq + 1))
+    with pytest.raises(CommandError, match="--from must be 1 or more"):
+        runs("watch", run.pk, "--from", "0")
+
+
+def read_line(stream, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([stream], [], [], max(0.0, deadline - time.monotonic()))
+        if ready:
+            return stream.readline()
+    raise AssertionError(f"no line from the process in {timeout} s")
+
+
+def test_watch_follows_a_live_run_from_the_moment_it_starts():
+    """A real `manage.py runs watch` process: it prints exactly the events written after
+    it started following, and exits 0 when the run succeeds."""
+    run = json.loads(runs("launch", "ticker", "--input", '{"steps": 3, "delay": 0}', "--json"))
+    head = Run.objects.get(pk=run["id"]).event_seq
+    watch = subprocess.Popen([sys.executable, "manage.py", "runs", "watch", run["id"]],
+                             cwd=ROOT, env=process_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        assert read_line(watch.stderr).strip() == f"following run {run['id']} from event {head + 1}"
+        runs("execute", run["id"])
+        out, _ = watch.communicate(timeout=60)
+    finally:
+        watch.kill()
+    final = Run.objects.get(pk=run["id"])
+    assert watch.returncode == 0 and final.status == "succeeded"
+    assert printed_seqs(out) == list(range(head + 1, final.event_seq + 1))
+
+
+def test_the_readme_examples_are_valid_command_lines():
+    parser = Command().create_parser("manage.py", "runs")
+    lines = [line.split("#")[0] for line in (ROOT / "README.md").read_text().splitlines()
+             if line.startswith("python manage.py runs ")]
+    assert len(lines) >= 5, "the README shows the command line"
+    for line in lines:
+        parser.parse_args(shlex.split(line)[3:])  # argparse exits on an invalid line
+
+
+def test_rollback_previews_as_json_and_can_leave_the_run_paused():
+    run = json.loads(runs("launch", "ticker", "--input", '{"steps": 2, "delay": 0}', "--json"))
+    runs("execute", run["id"])
+    preview = json.loads(runs("rollback", run["id"], "--checkpoint", "1", "--preview"))
+    assert preview["checkpoint"] == 1 and preview["steps_undone"] == 2
+    runs("rollback", run["id"], "--checkpoint", "1", "--then", "pause", "--reason", "look first")
+    assert (Run.objects.get(pk=run["id"]).status, Run.objects.get(pk=run["id"]).branch) == \
+        ("paused", 2)

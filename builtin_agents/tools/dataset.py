@@ -69,7 +69,9 @@ def read_back(target: str, key_prefix: str, *, idempotency_key: str) -> dict:
             "duplicate_units": sorted(u for u, n in units.items() if n > 1)}
 
 
-@tool  # not idempotent: every call is a new notification; an in-doubt call goes to an operator
+# Not idempotent: every call is a new notification, so it is retried only when it never
+# reached the target (connection refused, 429); an in-doubt call goes to an operator.
+@tool(retry=HTTP_RETRY)
 def notify(target: str, message: dict) -> dict:
     response = request("POST", f"{target}/notifications", json=message)
     body = response.json()

@@ -1,11 +1,15 @@
 """HTTP plumbing shared by the built-in tools: one httpx client per process, and the
 line between errors worth retrying and errors that are not.
 
-The engine's retry policy (``Retry``) retries any exception a tool raises unless
-it is permanent, so the tools only have to say which is which:
+The engine's retry policy (``Retry``) retries what a tool says is transient, so
+the tools only have to say which is which:
 
-- connection errors, timeouts, 408, 409, 425, 429 and 5xx are transient: raised as
-  ``TransientHTTPError`` (or httpx's own error) and retried;
+- a connection that could not be made (refused, connect timeout) is a
+  ``TransientToolError`` whose request never reached the target: safe to retry
+  even for a tool that is not idempotent;
+- other transport errors (a read timeout, a dropped connection), 408, 409, 425,
+  429 and 5xx are ``TransientHTTPError``; ``Retry-After`` is passed on, so the
+  policy waits as long as the server asked;
 - any other 4xx is the request's own fault (a 404 page, a 422 key reuse): raised
   as ``PermanentHTTPError`` (a ``PermanentToolError``), logged at once, not retried.
 """
@@ -14,43 +18,54 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from email.utils import parsedate_to_datetime
 
 import httpx
 from django.conf import settings
 
-from runs.durable import PermanentToolError, Retry
+from runs.durable import PermanentToolError, Retry, TransientToolError
 
 TIMEOUT = httpx.Timeout(30.0, connect=5.0)
-# Transient errors are retried 5 times, 0.1 s after the first failure, then 0.2, 0.4,
-# 0.8 and 1.6 s: a flaky page costs 0.1 s, a server restart of ~3 s is ridden out.
-HTTP_RETRY = Retry(attempts=6, backoff=0.1, max_backoff=2.0)
-TRANSIENT_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+# Transient errors are retried for an hour (AGENTOPS_TOOL_RETRY_FOR): 0.1 s after the
+# first failure, then 0.2, 0.4, 0.8 s in the worker thread (a flaky page costs 0.1 s);
+# from 1.6 s on each wait is a durable timer that frees the worker, doubling up to
+# 30 s (AGENTOPS_TOOL_RETRY_MAX_INTERVAL), so an outage of the target costs no slot.
+HTTP_RETRY = Retry(initial_interval=0.1, backoff_coefficient=2.0,
+                   maximum_interval=settings.AGENTOPS["TOOL_RETRY_MAX_INTERVAL"],
+                   maximum_attempts=None,
+                   maximum_elapsed=settings.AGENTOPS["TOOL_RETRY_FOR_SECONDS"])
+TRANSIENT_4XX = frozenset({408, 409, 425, 429})
+# A 429 says the request was turned away before it was acted on.
+NOT_ACTED_ON = frozenset({429})
 USER_AGENT = "agentops-builtin-agents/1"
 
 _clients: dict[int, httpx.Client] = {}
 _lock = threading.Lock()
 
 
-class TransientHTTPError(Exception):
+class TransientHTTPError(TransientToolError):
     """A response worth retrying (503, 409 in progress, 429 ...)."""
 
-    permanent = False
-
-    def __init__(self, status: int, url: str, detail: str = ""):
+    def __init__(self, status: int, url: str, detail: str = "", *,
+                 retry_after: float | None = None):
         self.status = status
         self.url = url
-        super().__init__(f"HTTP {status} from {url}" + (f": {detail}" if detail else ""))
+        super().__init__(_message(status, url, detail), retry_after=retry_after,
+                         reached_target=status not in NOT_ACTED_ON)
 
 
 class PermanentHTTPError(PermanentToolError):
     """A 4xx that retrying cannot fix (404, 422 ...): logged at once, never retried."""
 
-    permanent = True
-
     def __init__(self, status: int, url: str, detail: str = ""):
         self.status = status
         self.url = url
-        super().__init__(f"HTTP {status} from {url}" + (f": {detail}" if detail else ""))
+        super().__init__(_message(status, url, detail))
+
+
+def is_transient(status: int) -> bool:
+    return status >= 500 or status in TRANSIENT_4XX
 
 
 def sandbox_url() -> str:
@@ -76,7 +91,13 @@ def request(method: str, url: str, *, idempotency_key: str | None = None,
     headers = dict(headers or {})
     if idempotency_key:
         headers["Idempotency-Key"] = idempotency_key
-    response = client().request(method, url, headers=headers, **kwargs)
+    try:
+        response = client().request(method, url, headers=headers, **kwargs)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        raise TransientToolError(f"cannot connect to {url}: {exc}",
+                                 reached_target=False) from exc
+    except httpx.TransportError as exc:  # sent, perhaps acted on, no answer
+        raise TransientToolError(f"{type(exc).__name__} from {url}: {exc}") from exc
     check(response)
     return response
 
@@ -87,9 +108,30 @@ def check(response: httpx.Response) -> None:
         return
     url = str(response.request.url)
     detail = _detail(response)
-    if status in TRANSIENT_STATUSES:
-        raise TransientHTTPError(status, url, detail)
+    if is_transient(status):
+        raise TransientHTTPError(status, url, detail, retry_after=retry_after(response))
     raise PermanentHTTPError(status, url, detail)
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """The Retry-After header in seconds (a number or an HTTP date), else None."""
+    value = response.headers.get("Retry-After", "").strip()
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def _message(status: int, url: str, detail: str) -> str:
+    reason = httpx.codes.get_reason_phrase(status)  # "" for a status it does not know
+    head = f"HTTP {status} {reason}".rstrip()
+    return f"{head} from {url}" + (f": {detail}" if detail else "")
 
 
 def _detail(response: httpx.Response) -> str:

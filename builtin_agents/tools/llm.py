@@ -15,13 +15,17 @@ replay sees, so a non-deterministic model cannot make a replay diverge.
 
 from __future__ import annotations
 
+import dataclasses
+
 from django.conf import settings
 
-from runs.durable import Retry, tool
+from runs.durable import tool
 
-from .http import request, sandbox_url
+from .http import HTTP_RETRY, request, sandbox_url
 
-LLM_RETRY = Retry(attempts=4, backoff=0.5, max_backoff=8.0)
+# A provider answering 429 or 503 is waited out as long as the HTTP tools wait out
+# a target (an hour), starting slower: its Retry-After, when sent, decides the wait.
+LLM_RETRY = dataclasses.replace(HTTP_RETRY, initial_interval=0.5)
 
 
 def default_base_url() -> str:

@@ -19,7 +19,7 @@ import ast
 import operator
 from concurrent.futures import ThreadPoolExecutor
 
-from runs.durable import tool
+from runs.durable import PermanentToolError, tool
 
 from .crawl import WORD, page_url, parse_page
 from .http import HTTP_RETRY, PermanentHTTPError, request
@@ -78,8 +78,8 @@ MAX_EXPONENT = 1000
 MAX_MAGNITUDE = 10 ** 100
 
 
-class CalculatorError(ValueError):
-    permanent = True  # the same expression fails the same way: do not retry
+class CalculatorError(PermanentToolError, ValueError):
+    """The same expression fails the same way: not retried."""
 
 
 def evaluate(expression: str) -> int | float:

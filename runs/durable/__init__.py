@@ -1,6 +1,7 @@
 """agentops' durable execution engine. Framework-free: it imports nothing from Django.
 
-Public API (DESIGN.md): agent, Agent, Done, tool, Retry, RunContext and the errors.
+Public API (DESIGN.md): agent, Agent, Done, tool, Retry, RunContext and the errors
+(docs/retries.md: retry policies, TransientToolError and PermanentToolError).
 """
 
 from .context import RunContext, idempotency_key
@@ -19,6 +20,7 @@ from .errors import (
                      StateNotSerializableError,
                      StateTooLargeError,
                      ToolFailedError,
+                     TransientToolError,
 )
 from .executor import execute_run
 from .registry import (
@@ -39,6 +41,6 @@ __all__ = [
     "DurableError", "EffectNotFoundError", "FencedError", "InDoubtEffectError",
     "InputValidationError", "InvalidTransitionError", "NonDeterminismError", "Outcome",
     "PermanentToolError", "Retry", "RunContext", "RunNotFoundError", "StateNotSerializableError",
-    "StateTooLargeError", "Tool", "ToolFailedError", "WorkerConfig", "agent", "execute_run",
-    "idempotency_key", "registry", "tool", "validate_inputs",
+    "StateTooLargeError", "Tool", "ToolFailedError", "TransientToolError", "WorkerConfig",
+    "agent", "execute_run", "idempotency_key", "registry", "tool", "validate_inputs",
 ]

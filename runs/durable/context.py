@@ -15,6 +15,7 @@ from . import records as r
 from .errors import InDoubtEffectError, NonDeterminismError, ToolFailedError
 from .faults import faults
 from .registry import Tool
+from .retry import retry_after, retryable
 from .serde import check_serializable, digest, preview
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,8 +50,10 @@ class StoreFailure(BaseException):
     """The store failed (connection lost, database restarted) in the middle of a run.
 
     Whether the write landed is unknown, so the session writes nothing more and
-    leaves the run as a crash would: its lease runs out and the sweep hands it
-    out again, to be resumed from what the store really holds. A BaseException
+    ends (ABANDONED). Its worker may wait for the store and take the run back at
+    once (execute_run's `reconnect`); else the run is left as a crash leaves it:
+    its lease runs out and the sweep hands it out again. Either way it resumes
+    from what the store really holds. A BaseException
     so that neither the agent's `except Exception` nor the session's handling of
     the agent's own failures (which fails the run) can take it for a bug in the
     agent.
@@ -99,6 +102,8 @@ class RunContext:
         if recorded is not None:
             if recorded.status == r.DONE:
                 return recorded.result
+            if recorded.status == r.RETRYING:
+                return self._retry(tool, recorded, args, kwargs)
             if recorded.status == r.ERROR and recorded.resolution != "retry":
                 raise _tool_error(recorded)
             if not tool.idempotent and recorded.resolution != "retry":
@@ -120,17 +125,37 @@ class RunContext:
                 self._session.log_effect(record)  # write-ahead intent
         return self._invoke(tool, record, args, kwargs)
 
-    def _invoke(self, tool: Tool, record: r.EffectRecord, args, kwargs):
+    def _retry(self, tool: Tool, record: r.EffectRecord, args, kwargs):
+        """The next attempt of a call waiting out its retry policy on a durable timer.
+
+        Woken early (a resume after a pause, a crash of another run's worker), it
+        waits again until the recorded wake time: the same wait as the first time."""
+        waiting = dict(record.result)
+        remaining = waiting["wake_at"] - time.time()
+        if remaining > INLINE_SLEEP_SECONDS:
+            raise Suspend(wake_at=waiting["wake_at"], reason=retry_reason(record),
+                          records=[], events=[])
+        self._session.effect_boundary(settles=tool.idempotent)
+        if remaining > 0:
+            time.sleep(remaining)
+        if not tool.idempotent:
+            # This attempt may reach the target: until its outcome is logged, it is in doubt.
+            record.status, record.error = r.INTENT, None
+            self._session.log_effect(record)
+        return self._invoke(tool, record, args, kwargs, first_at=waiting["first_at"])
+
+    def _invoke(self, tool: Tool, record: r.EffectRecord, args, kwargs, *,
+                first_at: float | None = None):
         session = self._session
         session.settling = False
         session.ensure_lease()
         tag = f"{session.run.agent}/{tool.name}"
         faults.hit("before_effect", tag)
-        record.started_at = time.time()
+        if first_at is None:  # a first attempt (not the next one after a durable wait)
+            record.started_at, record.attempts = time.time(), 0
         call_kwargs = dict(kwargs, idempotency_key=record.key) if tool.idempotent else kwargs
-        error = None
-        for attempt in range(1, tool.retry.attempts + 1):
-            record.attempts = attempt
+        while True:
+            record.attempts += 1
             try:
                 result = tool.fn(*args, **call_kwargs)
                 check_serializable(result, f"result of {tool.name}")
@@ -138,23 +163,50 @@ class RunContext:
                 break
             except Exception as exc:  # a tool's failure is data: logged, replayed
                 error = exc
-                permanent = getattr(exc, "permanent", False) or type(exc).__name__ in (
-                    "PermanentToolError", "StateNotSerializableError")
-                if permanent or attempt == tool.retry.attempts:
+                wait = self._next_wait(tool, record, exc)
+                if wait is None:
                     break
-                time.sleep(tool.retry.delay(attempt))
+                if wait > INLINE_SLEEP_SECONDS:
+                    raise self._retry_later(record, exc, wait) from exc
+                time.sleep(wait)
+                session.ensure_lease()
         record.finished_at = time.time()
         record.resolution = ""
         if error is None:
             record.status, record.result = r.DONE, result
         else:
-            record.status = r.ERROR
-            record.error = {"type": type(error).__name__, "message": str(error)[:2000]}
+            record.status, record.result = r.ERROR, None
+            record.error = error_data(error, permanent=not retryable(error, idempotent=True))
         faults.hit("after_effect_before_log", tag)
         session.log_effect(record)
         if error is not None:
             raise _tool_error(record) from error
         return result
+
+    def _next_wait(self, tool: Tool, record: r.EffectRecord, exc: Exception) -> float | None:
+        """Seconds until the next attempt, or None: the error is final. Each failed
+        attempt is an event."""
+        wait = None
+        if retryable(exc, idempotent=tool.idempotent):
+            wait = tool.retry.next_wait(record.attempts, first_at=record.started_at,
+                                        now=time.time(), key=record.key,
+                                        retry_after=retry_after(exc))
+        if wait is not None and wait > INLINE_SLEEP_SECONDS and self._live:
+            wait = None  # on_resume's calls are never replayed, so they cannot wait durably
+        self._session.emit("attempt", {
+            "step": record.step_no, "seq": record.seq, "tool": record.tool,
+            "attempt": record.attempts, "error": describe_error(exc),
+            "retry_in": None if wait is None else round(wait, 3)}, live=True)
+        return wait
+
+    def _retry_later(self, record: r.EffectRecord, exc: Exception, wait: float) -> Suspend:
+        """Give the worker up until the next attempt is due: a durable timer."""
+        wake_at = time.time() + wait
+        record.status, record.finished_at = r.RETRYING, None
+        record.error = error_data(exc, permanent=False)
+        record.result = {"wake_at": wake_at, "first_at": record.started_at, "wait": wait}
+        return Suspend(wake_at=wake_at, reason=retry_reason(record), records=[record],
+                       events=[])
 
     def now(self) -> float:
         """The current time (POSIX seconds), the same on every replay."""
@@ -260,7 +312,24 @@ class RunContext:
 def _tool_error(record: r.EffectRecord) -> ToolFailedError:
     error = record.error or {}
     return ToolFailedError(record.tool, error.get("type", "Error"), error.get("message", ""),
-                           record.attempts)
+                           record.attempts, permanent=bool(error.get("permanent")))
+
+
+def error_data(exc: BaseException, *, permanent: bool) -> dict:
+    return {"type": type(exc).__name__, "message": str(exc)[:2000], "permanent": permanent}
+
+
+def describe_error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def retry_reason(record: r.EffectRecord) -> dict:
+    """What a run waiting to retry a call shows: the tool, the next attempt and when,
+    the last error. Also what the operator's retry now / give up find the call by."""
+    error = record.error or {}
+    return {"kind": "retry", "tool": record.tool, "attempt": record.attempts + 1,
+            "error": str(error.get("message", ""))[:500], "error_type": error.get("type", ""),
+            "wake_at": record.result["wake_at"], "step_no": record.step_no, "seq": record.seq}
 
 
 def _text(message, limit: int) -> str:

@@ -2,6 +2,9 @@
 
 Each action reads the run, decides, and commits conditionally on the epoch it
 read; if a worker claimed the run in between (FencedError), it reads again.
+An action reads the run row and only the part of its history it changes (a
+HistoryQuery), never the whole log: a pause costs the same on a run of a
+hundred effects as on one of a hundred thousand.
 Actions that rewrite a run's course (rollback, resolve, edit, upgrade, and
 stopping a run that no worker holds) take the run over: the epoch moves on,
 so a worker still holding the old epoch can write nothing more.
@@ -27,6 +30,8 @@ from .serde import check_serializable, checkpoint_state, dumps, encode_state
 ATTEMPTS = 5
 RESOLUTIONS = ("done", "retry", "skip")
 MAX_INPUT_BYTES = 256 * 1024
+# A call that happened, or may have (in doubt), has reached the outside world.
+REACHED = (r.DONE, r.INTENT)
 
 
 def launch(store, *, agent: str, inputs, owner: str = "", run_id: str | None = None,
@@ -45,7 +50,7 @@ def launch(store, *, agent: str, inputs, owner: str = "", run_id: str | None = N
 
 
 def pause(store, run_id: str, *, actor: str, reason: str = "") -> r.RunRecord:
-    def decide(run, history):
+    def decide(run):
         if run.status == r.RUNNING:
             return r.Commit(run={"control": r.PAUSE}, events=[("control", {"action": "pause"})])
         if run.status in (r.QUEUED, r.WAITING):
@@ -62,20 +67,22 @@ def resume(store, run_id: str, *, actor: str, reason: str = "", upgrade: bool = 
     that needs attention. `upgrade` continues on the agent's current version from the
     last checkpoint on a new branch (after "code changed" or a non-determinism error)."""
 
-    def decide(run, history):
+    def decide(run):
         if upgrade:
             if run.status in r.FINAL_STATUSES and run.status != r.FAILED:
                 raise InvalidTransitionError("upgrade", run.status)
             version = str(type(registry.get(run.agent)).version)
-            if not any(c.branch == run.branch for c in history.checkpoints):
+            loaded = store.load(run_id)
+            if loaded.checkpoint is None:
                 # It never started: no code of the old version ran, so start afresh.
                 return r.Commit(run={"status": r.QUEUED, "agent_version": version,
                                      "control": None, "attention": None, "error": None,
                                      "crash_count": 0},
                                 events=[("status", {"status": r.QUEUED, "reason": "upgrade"})],
                                 take_over=True)
-            latest = _latest_checkpoint(run, history)
-            return _fork(run, history, latest, checkpoint_state(latest, history.checkpoints),
+            latest = loaded.checkpoint
+            return _fork(run, _forks(store, run_id), latest,
+                         checkpoint_state(latest, [*loaded.bases, latest]),
                          status=r.QUEUED, reason="upgrade", extra={"agent_version": version})
         attention = (run.attention or {}).get("kind")
         queued = {"status": r.QUEUED, "control": None, "attention": None, "error": None,
@@ -86,7 +93,7 @@ def resume(store, run_id: str, *, actor: str, reason: str = "", upgrade: bool = 
         if run.status == r.RUNNING and run.control == r.PAUSE:
             return r.Commit(run={"control": None}, events=[("control", {"action": "resume"})])
         if run.status == r.FAILED:
-            retried = [_with(e, resolution="retry") for e in _live_after(run, history)
+            retried = [_with(e, resolution="retry") for e in store.load(run_id).effects
                        if e.status == r.ERROR]
             return r.Commit(run=queued, effects=retried, events=[event], take_over=True)
         if run.status == r.NEEDS_ATTENTION:
@@ -102,7 +109,7 @@ def resume(store, run_id: str, *, actor: str, reason: str = "", upgrade: bool = 
 
 
 def cancel(store, run_id: str, *, actor: str, reason: str = "") -> r.RunRecord:
-    def decide(run, history):
+    def decide(run):
         if run.status == r.RUNNING:
             return r.Commit(run={"control": r.CANCEL}, events=[("control", {"action": "cancel"})])
         if run.status in r.FINAL_STATUSES:
@@ -113,12 +120,26 @@ def cancel(store, run_id: str, *, actor: str, reason: str = "") -> r.RunRecord:
     return _act(store, run_id, "cancel", actor, reason, decide)
 
 
-def rollback(store, run_id: str, *, checkpoint: int, actor: str, reason: str = "") -> r.RunRecord:
-    def decide(run, history):
+def rollback(store, run_id: str, *, checkpoint: int, actor: str, reason: str = "",
+             resume: bool | None = None) -> r.RunRecord:
+    """Fork a new branch from `checkpoint`. `resume`: the new branch runs (True) or
+    waits paused (False); None keeps a paused run paused (or one whose pause is
+    pending) and lets any other run go on."""
+    details = {"checkpoint": checkpoint}
+
+    def decide(run):
+        history = store.history(run_id, r.HistoryQuery(forks=True, checkpoint=checkpoint))
         target = _checkpoint(run, history, checkpoint)
+        goes_on = not stays_paused(run) if resume is None else resume
+        details["then"] = "resume" if goes_on else "pause"
         return _fork(run, history, target, checkpoint_state(target, history.checkpoints),
-                     status=r.QUEUED, reason="rollback")
-    return _act(store, run_id, "rollback", actor, reason, decide, details={"checkpoint": checkpoint})
+                     status=r.QUEUED if goes_on else r.PAUSED, reason="rollback")
+    return _act(store, run_id, "rollback", actor, reason, decide, details=details)
+
+
+def stays_paused(run: r.RunRecord) -> bool:
+    """Whether a rollback leaves the run paused unless told otherwise."""
+    return run.status == r.PAUSED or (run.status == r.RUNNING and run.control == r.PAUSE)
 
 
 def edit_state(store, run_id: str, *, state, actor: str, reason: str = "") -> r.RunRecord:
@@ -127,11 +148,13 @@ def edit_state(store, run_id: str, *, state, actor: str, reason: str = "") -> r.
         raise InputValidationError("the state must be a JSON object")
     check_serializable(state)
 
-    def decide(run, history):
+    def decide(run):
         if run.status == r.RUNNING and run.lease_owner:
             raise InvalidTransitionError("edit the state of", run.status, "pause it first")
-        return _fork(run, history, _latest_checkpoint(run, history), state,
-                     status=r.PAUSED, reason="edit")
+        latest = store.load(run_id).checkpoint
+        if latest is None:
+            raise InvalidTransitionError("fork", run.status, "the run has no checkpoint yet")
+        return _fork(run, _forks(store, run_id), latest, state, status=r.PAUSED, reason="edit")
     return _act(store, run_id, "edit_state", actor, reason, decide)
 
 
@@ -144,15 +167,14 @@ def resolve_effect(store, run_id: str, *, seq: int, resolution: str, actor: str,
                                    field="resolution")
     check_serializable(result, "result")
 
-    def decide(run, history):
+    def decide(run):
         attention = run.attention or {}
         if run.status != r.NEEDS_ATTENTION or attention.get("kind") != "in_doubt":
             raise InvalidTransitionError("resolve an effect of", run.status,
                                          "only a run with an in-doubt effect can be resolved")
         step_no = attention.get("step_no")
-        effect = next((e for e in history.effects if e.branch == run.branch and
-                       e.step_no == step_no and e.seq == seq and not e.superseded
-                       and e.status == r.INTENT), None)
+        effect = next((e for e in _step_effects(store, run, step_no)
+                       if e.seq == seq and e.status == r.INTENT), None)
         if effect is None:
             raise EffectNotFoundError(run_id, f"at step {step_no}, seq {seq}")
         if resolution == "retry":
@@ -175,16 +197,15 @@ def provide_input(store, run_id: str, *, value, actor: str) -> r.RunRecord:
     """A user's answer to wait_for_input, validated against the prompt's schema."""
     check_serializable(value, "input")
 
-    def decide(run, history):
+    def decide(run):
         waiting = run.attention or {}
         if run.status != r.WAITING or waiting.get("kind") != "input":
             raise InvalidTransitionError("answer", run.status, "the run is not waiting for input")
         schema = waiting.get("schema")
         if schema:
             _validate_answer(value, schema)
-        effect = next((e for e in history.effects if e.branch == run.branch and e.kind == r.INPUT
-                       and e.step_no == waiting.get("step_no") and e.seq == waiting.get("seq")
-                       and not e.superseded), None)
+        effect = next((e for e in _step_effects(store, run, waiting.get("step_no"))
+                       if e.kind == r.INPUT and e.seq == waiting.get("seq")), None)
         if effect is None or effect.status != r.INTENT:
             raise InvalidTransitionError("answer", run.status, "the question was already answered")
         answered = _with(effect, status=r.DONE, result=value, finished_at=time.time())
@@ -197,29 +218,84 @@ def provide_input(store, run_id: str, *, value, actor: str) -> r.RunRecord:
     return _act(store, run_id, "input", actor, "", decide)
 
 
+def retry_now(store, run_id: str, *, actor: str, reason: str = "") -> r.RunRecord:
+    """Wake a run waiting to retry a call: its next attempt starts at once."""
+    def decide(run):
+        effect = _retrying_effect(store, run, "retry now")
+        woken = _with(effect, result={**effect.result, "wake_at": time.time()})
+        return r.Commit(run={"status": r.QUEUED, "wake_at": None, "attention": None},
+                        effects=[woken],
+                        events=[("status", {"status": r.QUEUED, "reason": "retry now",
+                                            "tool": effect.tool})],
+                        take_over=True)
+    return _act(store, run_id, "retry_now", actor, reason, decide)
+
+
+def give_up(store, run_id: str, *, actor: str, reason: str = "") -> r.RunRecord:
+    """Stop retrying a call: it fails, and the agent sees a ToolFailedError (not a
+    permanent one: the item may well exist) and decides, as after a spent policy."""
+    def decide(run):
+        effect = _retrying_effect(store, run, "give up on")
+        last = effect.error or {}
+        error = {"type": "RetryGivenUp", "permanent": False,
+                 "message": f"an operator gave up after {effect.attempts} attempt(s); the last "
+                            f"error: {last.get('type', 'Error')}: {last.get('message', '')}"}
+        failed = _with(effect, status=r.ERROR, error=error, result=None, finished_at=time.time())
+        return r.Commit(run={"status": r.QUEUED, "wake_at": None, "attention": None},
+                        effects=[failed],
+                        events=[("effect", {"step": effect.step_no, "seq": effect.seq,
+                                            "tool": effect.tool, "key": effect.key,
+                                            "status": r.ERROR, "resolution": "give_up"}),
+                                ("status", {"status": r.QUEUED, "reason": "gave up retrying",
+                                            "tool": effect.tool})],
+                        take_over=True)
+    return _act(store, run_id, "give_up", actor, reason, decide)
+
+
+def _retrying_effect(store, run, action: str) -> r.EffectRecord:
+    waiting = run.attention or {}
+    if run.status != r.WAITING or waiting.get("kind") != "retry":
+        raise InvalidTransitionError(action, run.status, "the run is not waiting to retry a call")
+    effect = next((e for e in _step_effects(store, run, waiting.get("step_no"))
+                   if e.seq == waiting.get("seq") and e.status == r.RETRYING), None)
+    if effect is None:  # the attention names a call the log does not hold as retrying
+        raise InvalidTransitionError(action, run.status, "no call of the run waits to be retried")
+    return effect
+
+
 def rollback_preview(store, run_id: str, *, checkpoint: int) -> dict:
-    """What a rollback to `checkpoint` undoes, for the operator to confirm."""
-    run = store.load(run_id).run
-    history = store.history(run_id)
+    """What a rollback to `checkpoint` undoes, for the operator to confirm: every call
+    it supersedes (in log order) and, per tool, how many there are and how many of
+    them were not idempotent and reached the outside world (done, or in doubt)."""
+    run = store.get(run_id)
+    history = store.history(run_id, r.HistoryQuery(forks=True, checkpoint=checkpoint))
     target = _checkpoint(run, history, checkpoint)
-    undone = [e for e in history.effects if not e.superseded and e.kind == r.CALL
-              and _after(e, target.step_no, _lineage(history, target.branch))]
-    as_dict = [{"step": e.step_no, "seq": e.seq, "branch": e.branch, "tool": e.tool,
-                "key": e.key, "status": e.status, "idempotent": e.idempotent,
-                "args_preview": e.args_preview} for e in undone]
+    supersede = _supersede(history, target, _next_branch(run, history))
+    undone = [e for e in store.history(run_id, r.HistoryQuery(superseded_by=supersede)).effects
+              if e.kind == r.CALL]
+    by_tool: dict[str, dict] = {}
+    for e in undone:
+        tool = by_tool.setdefault(e.tool, {"tool": e.tool, "calls": 0, "not_idempotent": 0,
+                                           "reached": 0})
+        tool["calls"] += 1
+        tool["not_idempotent"] += not e.idempotent
+        tool["reached"] += not e.idempotent and e.status in REACHED
     return {"checkpoint": target.number, "step": target.step_no, "branch": target.branch,
-            "effects": as_dict,
-            "idempotent": [e for e in as_dict if e["idempotent"]],
-            "not_idempotent": [e for e in as_dict if not e["idempotent"]],
-            "steps_undone": max(0, run.step_no - target.step_no)}
+            "steps_undone": max(0, run.step_no - target.step_no),
+            "stays_paused": stays_paused(run), "by_tool": sorted(by_tool.values(),
+                                                                 key=lambda t: -t["calls"]),
+            "not_idempotent": sum(t["not_idempotent"] for t in by_tool.values()),
+            "reached": sum(t["reached"] for t in by_tool.values()),
+            "effects": [{"step": e.step_no, "seq": e.seq, "branch": e.branch, "tool": e.tool,
+                         "key": e.key, "status": e.status, "idempotent": e.idempotent,
+                         "args_preview": e.args_preview} for e in undone]}
 
 
 # --- internals --------------------------------------------------------------------------
 def _act(store, run_id, action, actor, reason, decide, details=None) -> r.RunRecord:
     for _ in range(ATTEMPTS):
-        run = store.load(run_id).run
-        history = store.history(run_id)
-        commit = decide(run, history)
+        run = store.get(run_id)
+        commit = decide(run)
         after = {**_summary(run), **{k: v for k, v in commit.run.items()
                                      if k in ("status", "branch", "step_no", "control",
                                               "agent_version")}}
@@ -232,10 +308,10 @@ def _act(store, run_id, action, actor, reason, decide, details=None) -> r.RunRec
             # The old owner is fenced off by the new epoch; its lease means nothing now.
             commit.release = True
         try:
-            store.commit(run_id, run.epoch, commit)
+            result = store.commit(run_id, run.epoch, commit)
         except FencedError:
             continue  # a worker claimed or released it meanwhile: decide again on fresh state
-        return store.load(run_id).run
+        return result.run
     raise FencedError(run_id, -1)
 
 
@@ -245,21 +321,43 @@ def _summary(run: r.RunRecord) -> dict:
 
 
 def _fork(run, history, target: r.CheckpointRecord, state, *, status, reason, extra=None):
+    """`history` holds the forks (HistoryQuery.forks): the lineage of every branch."""
     blob, codec = encode_state(state)
-    branch = max([run.branch] + [c.branch for c in history.checkpoints]) + 1
+    branch = _next_branch(run, history)
     checkpoint = r.CheckpointRecord(number=0, branch=branch, step_no=target.step_no, blob=blob,
                                     codec=codec, reason=reason, parent_number=target.number,
                                     created_at=time.time())
-    keep = tuple(_lineage(history, target.branch)) + (branch,)
     update = {"status": status, "branch": branch, "step_no": target.step_no, "control": None,
               "error": None, "attention": None, "output": None, "wake_at": None,
               "crash_count": 0, "suspended_at": time.time(), **(extra or {})}
     return r.Commit(run=update, checkpoint=checkpoint,
-                    supersede=r.Supersede(after_step=target.step_no, keep_branches=keep),
+                    supersede=_supersede(history, target, branch),
                     events=[(reason, {"from_checkpoint": target.number, "branch": branch,
                                       "step": target.step_no}),
                             ("status", {"status": status, "reason": reason})],
                     take_over=True)
+
+
+def _forks(store, run_id: str) -> r.History:
+    return store.history(run_id, r.HistoryQuery(forks=True))
+
+
+def _next_branch(run, history) -> int:
+    return max([run.branch] + [c.branch for c in history.checkpoints]) + 1
+
+
+def _supersede(history, target: r.CheckpointRecord, branch: int) -> r.Supersede:
+    """What forking `branch` from `target` marks dead: every effect after the target's
+    step, and every effect off the target's lineage."""
+    return r.Supersede(after_step=target.step_no,
+                       keep_branches=tuple(_lineage(history, target.branch)) + (branch,))
+
+
+def _step_effects(store, run, step_no) -> list[r.EffectRecord]:
+    """The live effects of the run's step `step_no` on its branch."""
+    if not isinstance(step_no, int):
+        return []
+    return store.history(run.id, r.HistoryQuery(step=(run.branch, step_no))).effects
 
 
 def _lineage(history: r.History, branch: int) -> list[int]:
@@ -275,28 +373,11 @@ def _lineage(history: r.History, branch: int) -> list[int]:
         lineage.append(parent.branch)
 
 
-def _after(effect: r.EffectRecord, step_no: int, lineage: list[int]) -> bool:
-    return effect.step_no > step_no or effect.branch not in lineage
-
-
 def _checkpoint(run, history, number: int) -> r.CheckpointRecord:
     found = next((c for c in history.checkpoints if c.number == number), None)
     if found is None:
         raise CheckpointNotFoundError(run.id, number)
     return found
-
-
-def _latest_checkpoint(run, history) -> r.CheckpointRecord:
-    live = [c for c in history.checkpoints if c.branch == run.branch]
-    if not live:
-        raise InvalidTransitionError("fork", run.status, "the run has no checkpoint yet")
-    return max(live, key=lambda c: (c.step_no, c.number))
-
-
-def _live_after(run, history):
-    latest = max((c.step_no for c in history.checkpoints if c.branch == run.branch), default=0)
-    return [e for e in history.effects if e.branch == run.branch and e.step_no > latest
-            and not e.superseded]
 
 
 def _with(effect: r.EffectRecord, **changes) -> r.EffectRecord:

@@ -72,18 +72,45 @@ class InDoubtEffectError(DurableError):
 
 
 class ToolFailedError(DurableError):
-    """A tool raised after its retry policy ran out. Replay re-raises it."""
+    """A tool's call failed for good. Replay re-raises it.
 
-    def __init__(self, tool: str, error_type: str, message: str, attempts: int = 1):
+    `permanent` says why: True when the tool said retrying cannot help (a
+    `PermanentToolError`: a 404, a rejected request), False when its retry policy
+    ran out or an operator gave up on a fault that might still pass. Only the
+    first means "this item does not exist"; an agent should not record the
+    second as a fact about the item.
+    """
+
+    def __init__(self, tool: str, error_type: str, message: str, attempts: int = 1, *,
+                 permanent: bool = False):
         self.tool = tool
         self.error_type = error_type
         self.message = message
         self.attempts = attempts
+        self.permanent = permanent
         super().__init__(f"tool {tool} failed after {attempts} attempt(s): {error_type}: {message}")
 
 
 class PermanentToolError(DurableError):
-    """Raised by a tool to say: retrying will not help."""
+    """Raised by a tool to say: retrying will not help (the call fails at once)."""
+
+
+class TransientToolError(DurableError):
+    """Raised by a tool to say: this attempt failed, a later one may succeed.
+
+    `retry_after`: seconds the other side asked us to wait (HTTP Retry-After);
+    the retry policy waits that long instead of its own backoff.
+    `reached_target`: whether the request may have reached the other side. A
+    non-idempotent tool is retried only when it did not (connection refused, a
+    429 that turned it away): an attempt that may have landed is never repeated
+    without an operator.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None,
+                 reached_target: bool = True):
+        self.retry_after = retry_after
+        self.reached_target = reached_target
+        super().__init__(message)
 
 
 class FencedError(DurableError):

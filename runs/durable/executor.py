@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
+from collections.abc import Callable
 
-from .errors import FencedError
+from .errors import DurableError, FencedError
+from .records import Commit
 from .registry import AgentRegistry
 from .registry import registry as default_registry
 from .session import Outcome, RunSession, WorkerConfig
 
 logger = logging.getLogger("agentops.engine")
 
+MAX_RECONNECTS = 3  # store failures of one run that one execute_run call reconnects after
+
 
 def execute_run(store, run_id: str, config: WorkerConfig, *,
                 registry: AgentRegistry = default_registry,
-                stop_event: threading.Event | None = None, leases=None) -> str:
+                stop_event: threading.Event | None = None, leases=None,
+                reconnect: Callable[[BaseException], bool] | None = None) -> str:
     """Run `run_id` for one time slice (or until it ends, waits or is stopped).
 
     Returns an Outcome. Safe to call for a run someone else holds: the claim is
@@ -25,31 +31,65 @@ def execute_run(store, run_id: str, config: WorkerConfig, *,
     `leases`: an object with hold(session)/drop(session) that keeps the lease
     alive instead of a LeaseRenewer thread per run (a worker process holding
     hundreds of runs renews them together: runs/leases.py).
+
+    `reconnect(error)`: called when the store failed mid-run (a terminated
+    connection, a database restart); returns True once the store answers again,
+    False to leave the run as a crash leaves it (ABANDONED: its lease runs out).
+    On True the session's lease is released, fenced by its epoch like every
+    write, and the run is claimed again at once by the same claim: it resumes
+    from what the store really holds, without waiting for its lease and without
+    counting a crash (a database fault is not the run's doing). A store that
+    answers yet fails the same run again and again (a full disk) is not
+    reconnected to more than MAX_RECONNECTS times in one call.
     """
-    claim = store.claim(run_id, config.owner, config.lease_seconds, time.time())
-    if claim is None:
-        return Outcome.NOT_CLAIMED
-    session = RunSession(store, registry, config, claim, stop_event=stop_event)
+    for failures in itertools.count(1):
+        claim = store.claim(run_id, config.owner, config.lease_seconds, time.time())
+        if claim is None:
+            return Outcome.NOT_CLAIMED
+        session = RunSession(store, registry, config, claim, stop_event=stop_event)
+        outcome = _hosted(session, store, leases)
+        if outcome != Outcome.ABANDONED:
+            return outcome
+        logger.warning("run %s: the store failed mid-run (%r)", run_id, session.store_error)
+        if reconnect is None or failures > MAX_RECONNECTS:
+            return outcome  # a fault that outlasts reconnecting: the crash-loop guard's
+        given_up = _release_when_reconnected(session, reconnect)
+        if given_up is not None:
+            return given_up
+        logger.info("run %s: store answers again; claiming it back", run_id)
+
+
+def _hosted(session: RunSession, store, leases) -> str:
     if leases is not None:
         leases.hold(session)
         try:
-            return _execute(session)
+            return session.execute()
         finally:
             leases.drop(session)
     renewer = LeaseRenewer(session, store)
     renewer.start()
     try:
-        return _execute(session)
+        return session.execute()
     finally:
         renewer.stop()
 
 
-def _execute(session: RunSession) -> str:
-    outcome = session.execute()
-    if outcome == Outcome.ABANDONED:
-        logger.warning("run %s: the store failed mid-run (%r); left to the recovery sweep "
-                       "once its lease runs out", session.run.id, session.store_error)
-    return outcome
+def _release_when_reconnected(session: RunSession, reconnect) -> str | None:
+    """None once the lease is released (the run may be claimed again); else FENCED
+    (another owner took the run meanwhile) or ABANDONED (`reconnect` gave up)."""
+    error = session.store_error
+    while reconnect(error):
+        try:
+            # Nothing else: whatever the failed commit did or did not write stands.
+            session.store.commit(session.run.id, session.epoch, Commit(release=True))
+            return None
+        except FencedError:
+            return Outcome.FENCED
+        except DurableError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - still failing: wait for it again
+            error = exc
+    return Outcome.ABANDONED
 
 
 class LeaseRenewer(threading.Thread):

@@ -111,7 +111,8 @@ class MemoryStore:
             self._append_events(staged, events)
             if commit.audit is not None:
                 self.audit[run_id].append(copy.deepcopy(commit.audit))
-            return r.CommitResult(staged.epoch, staged.event_seq, staged.control, number)
+            return r.CommitResult(staged.epoch, staged.event_seq, staged.control, number,
+                                  copy.deepcopy(staged))
 
     def renew(self, run_id: str, epoch: int, lease_expires_at: float) -> str | None:
         with self._lock:
@@ -127,16 +128,21 @@ class MemoryStore:
             due.sort(key=lambda run: run.updated_at)
             return [run.id for run in due[:limit]]
 
-    def history(self, run_id: str) -> r.History:
-        with self._lock:
-            self._get(run_id)
-            effects = sorted(self.effects[run_id].values(), key=lambda e: (e.started_at, e.position))
-            return r.History(copy.deepcopy(self.checkpoints[run_id]), copy.deepcopy(effects))
-
-    # --- reading helpers for tests ------------------------------------------------------
     def get(self, run_id: str) -> r.RunRecord:
         with self._lock:
             return copy.deepcopy(self._get(run_id))
+
+    def history(self, run_id: str, query: r.HistoryQuery | None = None) -> r.History:
+        with self._lock:
+            self._get(run_id)
+            checkpoints, effects = self.checkpoints[run_id], self.effects[run_id].values()
+            if query is not None:
+                checkpoints = _queried_checkpoints(checkpoints, query)
+                effects = sorted((e for e in effects if _queried_effect(e, query)),
+                                 key=lambda e: e.position)
+            else:
+                effects = sorted(effects, key=lambda e: (e.started_at, e.position))
+            return r.History(copy.deepcopy(checkpoints), copy.deepcopy(effects))
 
     def events_after(self, run_id: str, seq: int = 0) -> list[tuple[int, str, dict]]:
         with self._lock:
@@ -169,6 +175,22 @@ def _superseded_by(effect: r.EffectRecord, supersede: r.Supersede) -> bool:
     if effect.superseded:
         return False
     return effect.step_no > supersede.after_step or effect.branch not in supersede.keep_branches
+
+
+def _queried_checkpoints(checkpoints, query: r.HistoryQuery) -> list[r.CheckpointRecord]:
+    forks = [c for c in checkpoints if query.forks and c.parent_number is not None]
+    wanted = {c.number for c in forks} | {c.parent_number for c in forks}
+    target = next((c for c in checkpoints if c.number == query.checkpoint), None)
+    if target is not None:
+        wanted |= {c.number for c in serde.chain_to(target, checkpoints)}
+    return [c for c in checkpoints if c.number in wanted]
+
+
+def _queried_effect(effect: r.EffectRecord, query: r.HistoryQuery) -> bool:
+    if query.superseded_by is not None and _superseded_by(effect, query.superseded_by):
+        return True
+    return (not effect.superseded and query.step is not None
+            and (effect.branch, effect.step_no) == tuple(query.step))
 
 
 def _checkpoint_event(checkpoint: r.CheckpointRecord) -> dict:

@@ -24,6 +24,9 @@ CLAIMABLE_STATUSES = (QUEUED, RUNNING, WAITING)
 # Effect kinds and statuses
 CALL, NOW, RANDOM, SLEEP, INPUT = "call", "now", "random", "sleep", "input"
 INTENT, DONE, ERROR = "intent", "done", "error"
+# A call whose last attempt failed and whose next waits on a durable timer: its
+# `error` is the last error, its `result` {"wake_at", "first_at", "wait"}.
+RETRYING = "retrying"
 
 # Control requests a worker honours at its next effect boundary
 PAUSE, CANCEL = "pause", "cancel"
@@ -156,6 +159,9 @@ class CommitResult:
     event_seq: int
     control: str | None
     checkpoint_number: int | None = None
+    # The run as the commit left it, for the caller to show without reading it back.
+    # A store's fast path for a worker's own writes (no audit) may leave it None.
+    run: RunRecord | None = None
 
 
 @dataclass
@@ -178,6 +184,26 @@ class Loaded:
     effects: list[EffectRecord]
     # when `checkpoint` is a patch: the checkpoints it rests on, full one first
     bases: list[CheckpointRecord] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class HistoryQuery:
+    """The parts of a run's history an operator action needs, so that it reads in
+    proportion to what it changes, not to the run's length. History holds the union:
+
+    forks          the checkpoints that start a branch (a parent set) and their
+                   parents: every branch's lineage, one pair per fork
+    checkpoint     this checkpoint and those its patch rests on
+    superseded_by  the live effects this Supersede would mark
+    step           the live effects of (branch, step_no)
+
+    Effects come in log order (branch, step, seq), checkpoints by number.
+    """
+
+    forks: bool = False
+    checkpoint: int | None = None
+    superseded_by: Supersede | None = None
+    step: tuple[int, int] | None = None
 
 
 @dataclass

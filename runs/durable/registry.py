@@ -10,21 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import AgentNotFoundError, InputValidationError
-
-
-@dataclass(frozen=True)
-class Retry:
-    """How a tool error is retried before it reaches the agent."""
-
-    attempts: int = 3
-    backoff: float = 0.2
-    max_backoff: float = 5.0
-
-    def delay(self, attempt: int) -> float:
-        return min(self.backoff * (2 ** (attempt - 1)), self.max_backoff)
-
-
-NO_RETRY = Retry(attempts=1)
+from .retry import NO_RETRY, Retry
 
 
 @dataclass(frozen=True)
@@ -57,8 +43,9 @@ def tool(fn: Callable | None = None, *, idempotent: bool = False, retry: Retry |
 
     An idempotent tool receives `idempotency_key=` and must dedup on it; it is
     retried (3 attempts) on errors by default. A non-idempotent tool is tried
-    once unless a retry policy is given, and an in-doubt call is never retried
-    without an operator.
+    once unless a retry policy is given, and even then only after errors that
+    say its request never left (`TransientToolError(reached_target=False)`);
+    an in-doubt call is never retried without an operator.
     """
 
     def wrap(f):
@@ -78,6 +65,9 @@ class Agent:
       checkpoint_every checkpoint after every N steps (1 = every step)
       checkpoint_seconds  or when this many seconds passed since the last checkpoint
       description      one line for the launch page
+      expected_cadence seconds between two events of a healthy run (a step, a log line,
+                       a progress report); silent longer than this while running, a
+                       run shows as stalled (docs/stalls.md). None: the site default
     """
 
     name: str = ""
@@ -86,6 +76,7 @@ class Agent:
     input_schema: dict = {"type": "object"}
     checkpoint_every: int = 1
     checkpoint_seconds: float | None = None
+    expected_cadence: float | None = None
 
     def start(self, inputs: dict) -> dict:
         return dict(inputs)
@@ -136,7 +127,8 @@ registry = AgentRegistry()
 
 
 def agent(name: str, *, version: str | None = None, input_schema: dict | None = None,
-          description: str = "", registry: AgentRegistry = registry):
+          description: str = "", expected_cadence: float | None = None,
+          registry: AgentRegistry = registry):
     """Register an agent class (subclass of Agent) or a function `fn(ctx, inputs)`."""
 
     def wrap(target):
@@ -153,6 +145,8 @@ def agent(name: str, *, version: str | None = None, input_schema: dict | None = 
             cls.version = str(version)
         if input_schema is not None:
             cls.input_schema = input_schema
+        if expected_cadence is not None:
+            cls.expected_cadence = float(expected_cadence)
         if description:
             cls.description = description
         elif not cls.description and target.__doc__:

@@ -47,7 +47,7 @@ class Outcome:
     FAILED = "failed"
     NEEDS_ATTENTION = "needs_attention"
     FENCED = "fenced"
-    ABANDONED = "abandoned"    # the store failed mid-run: left as a crash leaves it
+    ABANDONED = "abandoned"    # the store failed mid-run (see execute_run's reconnect)
 
 
 class RunSession:

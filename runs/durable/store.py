@@ -7,12 +7,16 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .records import Claim, Commit, CommitResult, History, Loaded, RunRecord
+from .records import Claim, Commit, CommitResult, History, HistoryQuery, Loaded, RunRecord
 
 
 class Store(Protocol):
     def create_run(self, run: RunRecord) -> RunRecord:
         """Insert a new queued run (id, agent, version, inputs set) with its first event."""
+
+    def get(self, run_id: str) -> RunRecord:
+        """The run alone (no checkpoint, no effect): what most operator actions decide
+        on. Raises RunNotFoundError."""
 
     def load(self, run_id: str) -> Loaded:
         """The run, its latest checkpoint on the live branch, and the live effects of
@@ -26,7 +30,8 @@ class Store(Protocol):
     def commit(self, run_id: str, epoch: int, commit: Commit) -> CommitResult:
         """Apply a Commit in one transaction if the run's epoch is still `epoch`, else
         raise FencedError. Numbers the events, adds a "checkpoint" event for a
-        checkpoint, returns the run's pending control request."""
+        checkpoint, returns the run's pending control request and, for a commit with
+        an audit entry at least, the run as committed."""
 
     def renew(self, run_id: str, epoch: int, lease_expires_at: float) -> str | None:
         """Extend the lease if the epoch holds (else FencedError); return the control
@@ -36,5 +41,6 @@ class Store(Protocol):
         """Ids of runs a sweep should hand to a worker: queued and unleased, running
         with an expired lease, or waiting on a timer that is due."""
 
-    def history(self, run_id: str) -> History:
-        """Every checkpoint and effect of the run, oldest first, for operators."""
+    def history(self, run_id: str, query: HistoryQuery | None = None) -> History:
+        """Every checkpoint and effect of the run, oldest first, for operators; with a
+        query, only the part it names (see HistoryQuery). Raises RunNotFoundError."""

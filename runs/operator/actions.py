@@ -10,6 +10,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from runs import services
 from runs.durable import DurableError
+from runs.durable.control import stays_paused
 from runs.models import Run
 from runs.operator import selectors
 from runs.operator.views import operator_required, run_context
@@ -29,6 +30,9 @@ SIMPLE_ACTIONS = {
     "retry": (services.run_resume, {}, "Retrying from the last checkpoint."),
     "upgrade": (services.run_resume, {"upgrade": True},
                 "Continuing on the current version from the last checkpoint, on a new branch."),
+    "retry_now": (services.run_retry_now, {}, "The call's next attempt starts now."),
+    "give_up": (services.run_give_up, {},
+                "Gave up retrying: the call fails with a tool error the agent sees."),
 }
 
 
@@ -53,36 +57,42 @@ def act(request, run_id):
 @require_http_methods(["GET", "POST"])
 @operator_required
 def rollback(request, run_id):
-    """GET ?checkpoint=k: what rolling back to k undoes. POST: do it, with a reason."""
+    """GET ?checkpoint=k: what rolling back to k undoes. POST: do it, with a reason and
+    the choice of resuming or staying paused (the preview is read only to be shown)."""
     run = get_object_or_404(Run.objects.select_related("owner"), pk=run_id)
-    form = RollbackForm(request.POST or None,
-                        initial={"checkpoint": request.GET.get("checkpoint")})
     number = _int(request.POST.get("checkpoint") or request.GET.get("checkpoint"))
-    preview, error = None, None
-    if number is None:
-        error = "Choose a checkpoint number."
-    else:
-        try:
-            preview = services.run_rollback_preview(run_id=run.pk, checkpoint=number)
-        except DurableError as exc:
-            error = str(exc)
-    if request.method == "POST" and preview is not None and form.is_valid():
+    then = "pause" if stays_paused(run) else "resume"
+    form = RollbackForm(request.POST or None, initial={"checkpoint": number, "then": then})
+    error = None if number is not None else "Choose a checkpoint number."
+    if request.method == "POST" and number is not None and form.is_valid():
         try:
             services.run_rollback(run_id=run.pk, checkpoint=number, user=request.user,
-                                  reason=form.cleaned_data["reason"])
+                                  reason=form.cleaned_data["reason"], resume=form.resume())
         except DurableError as exc:
             error = str(exc)
         else:
-            messages.success(request, f"Rolled back to checkpoint {number}: the run continues "
-                                      "on a new branch with new idempotency keys.")
+            messages.success(request, _rolled_back(number, form.resume()))
             return redirect("operator:run", run_id=run.pk)
+    preview = None
+    if number is not None:
+        try:
+            preview = services.run_rollback_preview(run_id=run.pk, checkpoint=number)
+        except DurableError as exc:
+            error = error or str(exc)
     if request.method == "POST":  # not done: a form error (400) or the engine refused (409)
         status = 409 if error and form.is_valid() else 400
     else:
         status = 400 if error else 200
     return render(request, "operator/rollback.html",
                   {"run": run, "form": form, "preview": preview, "error": error,
-                   "checkpoint": number}, status=status)
+                   "checkpoint": number, **selectors.rollback_pages(preview, request.GET)},
+                  status=status)
+
+
+def _rolled_back(number: int, resumed: bool) -> str:
+    then = "it is queued to run" if resumed else "it is paused: resume it when ready"
+    return (f"Rolled back to checkpoint {number}: the run continues on a new branch with new "
+            f"idempotency keys; {then}.")
 
 
 @require_POST

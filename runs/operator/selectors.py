@@ -10,10 +10,11 @@ from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
+from django.core.paginator import Paginator
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
-from runs import retention
+from runs import retention, stalls
 from runs.durable import records as r
 from runs.models import AuditEntry, Checkpoint, Effect, Run, RunEvent, WorkerHeartbeat
 from runs.untrusted import is_run_id
@@ -22,7 +23,6 @@ PAGE_SIZE = 50
 SORT_FIELDS = {"-created": "created_at", "created": "created_at"}
 HEX = re.compile(r"^[0-9a-f]{4,32}$")
 RUN_ID_LENGTH = 32
-STALLABLE = (r.QUEUED, r.RUNNING)
 TOTAL_BYTES_CACHE = ("agentops:ops:stored-bytes", 60)
 
 
@@ -41,7 +41,7 @@ def filtered_runs(filters: dict, *, now: datetime | None = None) -> QuerySet:
         runs = runs.filter(lease_owner__startswith=filters["worker"])
     if filters.get("stalled"):
         since = (now or timezone.now()) - timedelta(minutes=filters["stalled"])
-        runs = runs.filter(status__in=STALLABLE, updated_at__lt=since)
+        runs = runs.filter(status__in=stalls.STALLABLE, updated_at__lt=since)
     if filters.get("q"):
         runs = runs.filter(search_q(filters["q"].strip()))
     return runs
@@ -117,7 +117,9 @@ def decode_cursor(cursor: str | None):
 
 
 def attention_count() -> int:
-    return Run.objects.filter(status=r.NEEDS_ATTENTION).count()
+    """Runs that need attention plus stalled runs (both on partial indexes)."""
+    return (Run.objects.filter(status=r.NEEDS_ATTENTION).count()
+            + Run.objects.filter(stalls.stalled_q()).count())
 
 
 def total_stored_bytes() -> int:
@@ -134,9 +136,14 @@ ATTENTION_LIMIT = 200
 
 
 def attention_queue(include_failed: bool = True, limit: int = ATTENTION_LIMIT) -> list[Run]:
+    """Stalled runs, longest stalled first, then those that need attention (and failed
+    ones), newest first: two queries, each bounded."""
+    runs = Run.objects.select_related("owner").defer("inputs", "output")
+    stalled = list(runs.filter(stalls.stalled_q()).order_by("updated_at", "pk")[:limit])
     statuses = [r.NEEDS_ATTENTION] + ([r.FAILED] if include_failed else [])
-    return list(Run.objects.select_related("owner").filter(status__in=statuses)
-                .defer("inputs", "output").order_by("-updated_at", "-pk")[:limit])
+    stopped = list(runs.filter(status__in=statuses).order_by("-updated_at", "-pk")
+                   [:limit - len(stalled)]) if len(stalled) < limit else []
+    return stalled + stopped
 
 
 def in_doubt_effects(runs: list[Run]) -> dict[str, Effect]:
@@ -217,6 +224,7 @@ def workers_overview(now: datetime | None = None) -> dict:
     hosts: dict[str, dict] = {}
     for cluster in clusters:
         cluster.stale = now - cluster.last_seen > HEARTBEAT_STALE
+        cluster.problem = cluster_problem(cluster, now)
         hosts.setdefault(cluster.host, {"clusters": [], "processes": []})["clusters"].append(cluster)
     for process in processes.values():
         hosts.setdefault(process.host, {"clusters": [], "processes": []})["processes"].append(process)
@@ -235,9 +243,41 @@ def workers_overview(now: datetime | None = None) -> dict:
     }
 
 
+def cluster_problem(cluster: WorkerHeartbeat, now: datetime) -> str:
+    """Why a cluster has stopped working, from its heartbeat row; "" if it works. A
+    stale row says nothing of its processes any more: its main may be dead or frozen."""
+    if cluster.stale:
+        return f"no heartbeat for {int((now - cluster.last_seen).total_seconds())} s"
+    live = {role: [p for p in cluster.processes if p.get("role") == role and p.get("alive")
+                   and p.get("status") != "stopped"] for role in ("sentinel", "worker")}
+    if not live["sentinel"]:
+        return "no live sentinel"
+    if not live["worker"]:
+        return "no live worker"
+    return ""
+
+
 def _split_owner(owner: str) -> tuple[str, int]:
     parts = owner.split(":")
     try:
         return parts[0], int(parts[1])
     except (IndexError, ValueError):
         return owner, 0
+
+
+# --- the rollback preview ----------------------------------------------------------------
+PREVIEW_FEW = 5  # calls shown at each end of what a rollback supersedes
+PREVIEW_PAGE = 25
+
+
+def rollback_pages(preview: dict | None, query) -> dict:
+    """The first and last few superseded calls, and one page of all of them: the page
+    stays short (and its Confirm button on screen) whatever the rollback undoes."""
+    if preview is None:
+        return {}
+    effects = preview["effects"]
+    few = PREVIEW_FEW
+    ends = (effects, []) if len(effects) <= 2 * few else (effects[:few], effects[-few:])
+    return {"first_effects": ends[0], "last_effects": ends[1],
+            "effects_page": Paginator(effects, PREVIEW_PAGE).get_page(query.get("page")),
+            "listing_open": "page" in query}

@@ -19,6 +19,7 @@ from runs.operator_forms import (
     RunActionForm,
     RunFilterForm,
 )
+from runs.stalls import mark_stalls, stall_of
 
 PERMISSION = "runs.operate_run"
 
@@ -35,6 +36,7 @@ def dashboard(request):
     filters = form.filters() if request.GET else {}
     page = selectors.keyset_page(selectors.filtered_runs(filters), filters.get("sort", "-created"),
                                  after=request.GET.get("after"), before=request.GET.get("before"))
+    mark_stalls(page.runs)
     sizes = retention.stored_bytes([run.pk for run in page.runs])
     for run in page.runs:
         run.stored_bytes = sizes.get(run.pk, 0)
@@ -56,6 +58,7 @@ def storage(request):
 @operator_required
 def attention(request):
     runs = selectors.attention_queue(include_failed=request.GET.get("failed") != "0")
+    mark_stalls(runs)
     in_doubt = selectors.in_doubt_effects(runs)
     for run in runs:
         run.in_doubt_effect = in_doubt.get(run.pk)
@@ -100,6 +103,7 @@ def run_live(request, run_id):
 
 
 def run_context(run: Run, events=None, after: int = 0) -> dict:
+    mark_stalls([run])
     detail = selectors.run_detail(run)
     if events is not None:
         detail["events"] = events
@@ -116,8 +120,11 @@ def run_context(run: Run, events=None, after: int = 0) -> dict:
 
 
 def control_token(run: Run) -> str:
-    """What the controls depend on: when it changes, the page re-renders them."""
-    return f"{run.status}.{run.branch}.{run.control or '-'}.{(run.attention or {}).get('kind', '-')}"
+    """What the controls and the summary depend on: when it changes, the page
+    re-renders them (a stall comes with no event, so it is part of the token)."""
+    stall = stall_of(run)
+    return (f"{run.status}.{run.branch}.{run.control or '-'}."
+            f"{(run.attention or {}).get('kind', '-')}.{stall.kind if stall else '-'}")
 
 
 def available_actions(run: Run) -> list[str]:
@@ -133,6 +140,8 @@ def available_actions(run: Run) -> list[str]:
         r.SUCCEEDED: ["rollback"],
         r.CANCELLED: ["rollback"],
     }
+    if run.status == r.WAITING and kind == "retry":
+        return ["retry_now", "give_up", *by_status[r.WAITING]]
     if run.status == r.NEEDS_ATTENTION:
         if kind == "in_doubt":
             return ["resolve", "cancel", "rollback"]

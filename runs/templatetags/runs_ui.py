@@ -4,6 +4,7 @@ from django import template
 from django.utils import timezone
 
 from runs.views import present
+from runs.views.retrying import retrying
 
 register = template.Library()
 
@@ -11,6 +12,12 @@ register = template.Library()
 @register.filter
 def status_label(status: str) -> str:
     return present.STATUS_LABELS.get(status, status)
+
+
+@register.filter
+def retry_wait(run):
+    """The retry `run` waits for (tool, attempt, error, seconds), or None."""
+    return retrying(run.status, run.attention)
 
 
 @register.filter

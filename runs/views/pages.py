@@ -11,6 +11,7 @@ from django.views.decorators.http import require_http_methods
 from runs import selectors, services
 from runs.durable import AgentNotFoundError, DurableError, InputValidationError, registry
 from runs.forms import SchemaForm
+from runs.stalls import mark_stalls
 from runs.views.panels import all_panels_context
 from runs.views.present import STATUS_LABELS, event_message
 
@@ -27,6 +28,7 @@ def run_list(request):
     agent = request.GET.get("agent", "")
     page = Paginator(selectors.run_list(request.user, status=status, agent=agent),
                      PAGE_SIZE).get_page(request.GET.get("page"))
+    page.object_list = mark_stalls(list(page.object_list))
     counts = selectors.run_status_counts(request.user)
     context = {
         "page": page, "status": status, "agent": agent,
@@ -84,6 +86,7 @@ def launch(request, agent: str | None = None):
 @login_required
 def run_detail(request, run_id: str):
     run = selectors.run_get_for_user(request.user, run_id)
+    mark_stalls([run])
     events = selectors.events_tail(run)
     context = {
         "run": run,

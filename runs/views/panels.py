@@ -25,7 +25,7 @@ def input_form(run, data=None) -> SchemaForm | None:
 
 def panel_context(run, name: str, *, form=None, error: str = "") -> dict:
     if name == "stats":
-        return {}
+        return {"current_step": selectors.run_current_step(run)}
     if name == "actions":
         return {"can_cancel": run.status not in r.FINAL_STATUSES, "attention": run.attention
                 if run.status == r.NEEDS_ATTENTION else None, "action_error": error}

@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET
 
 from runs import selectors
 from runs.durable import records as r
+from runs.stalls import mark_stalls
 from runs.views.panels import PANELS, render_panels
 from runs.views.present import event_message, human_bytes, pretty_json
 
@@ -75,5 +76,5 @@ def output_json(request, run_id: str):
 def run_rows(request):
     """`?id=..&id=..`: fresh rows of the run list (after a live update said they moved)."""
     ids = request.GET.getlist("id")[:100]
-    runs = selectors.run_list(request.user).filter(pk__in=ids)
+    runs = mark_stalls(list(selectors.run_list(request.user).filter(pk__in=ids)))
     return render(request, "runs/_run_rows.html", {"runs": runs, "oob": True})

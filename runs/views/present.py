@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 
 from runs.durable import records as r
+from runs.views.retrying import attempt_text, retrying
 
 STATUS_LABELS = {
     r.QUEUED: "queued", r.RUNNING: "running", r.PAUSED: "paused", r.WAITING: "waiting",
@@ -57,7 +58,10 @@ def _status_text(data: dict) -> str:
                      + (f" after {after}" if after else ""))
     if data.get("reason"):
         parts.append(str(data["reason"]))
-    if data.get("error"):
+    waiting = retrying(data.get("status"), data)
+    if waiting is not None:
+        parts.append(waiting.event_text())
+    elif data.get("error"):
         parts.append(f"{data.get('type', 'error')}: {data['error']}")
     if data.get("kind") == "input" and data.get("prompt"):
         parts.append(f"asks: {data['prompt']}")
@@ -92,6 +96,8 @@ def describe_event(kind: str, data) -> str:
         return text + (f" · {data['message']}" if data.get("message") else "")
     if kind == "effect":
         return _effect_text(data)
+    if kind == "attempt":
+        return attempt_text(data)
     if kind == "checkpoint":
         return (f"checkpoint #{data.get('number')} at step {data.get('step')} "
                 f"(branch {data.get('branch')}, {human_bytes(data.get('size'))}"

@@ -11,16 +11,25 @@
                   cancelled: "cancelled"};
   let live = null;
 
+  function clock(iso) {
+    const d = new Date(iso);
+    return isNaN(d) ? "" : [d.getHours(), d.getMinutes(), d.getSeconds()]
+      .map((n) => String(n).padStart(2, "0")).join(":");
+  }
+
   function fmt(n) { return Number.isInteger(n) ? String(n) : String(Math.round(n * 100) / 100); }
 
   function watch() {
     if (!live) return;
     const runs = {};
+    const stalled = {};
     container.querySelectorAll("tr[data-run-id]").forEach((row) => {
       runs[row.dataset.runId] = parseInt(row.dataset.seq, 10) || 0;
+      if (row.dataset.stalled) stalled[row.dataset.runId] = row.dataset.stalled;
     });
     const list = container.querySelector(".run-list");
-    live.send({type: "watch", runs: runs, newest: (list && list.dataset.newest) || null});
+    live.send({type: "watch", runs: runs, stalled: stalled,
+               newest: (list && list.dataset.newest) || null});
   }
 
   function update(summary) {
@@ -30,24 +39,44 @@
     row.dataset.seq = summary.seq;
     const wasFinal = ["succeeded", "failed", "cancelled"].includes(row.dataset.status);
     row.dataset.status = safe;
-    const badge = row.querySelector('[data-role="status"]');
-    badge.className = "badge status-" + safe;
-    badge.textContent = LABELS[summary.status] || summary.status;
     const bar = row.querySelector('[data-role="progress"]');
-    bar.classList.toggle("is-running", summary.status === "running");
     bar.setAttribute("aria-valuenow", Math.round(summary.percent));
-    const fill = bar.querySelector(".progress-fill");
-    fill.className = "progress-fill status-" + safe;
-    fill.style.width = summary.percent + "%";
+    bar.querySelector(".progress-fill").style.width = summary.percent + "%";
+    setStall(summary.id, summary.stall);
     row.querySelector('[data-role="counts"]').textContent =
       summary.total ? fmt(summary.done) + " / " + fmt(summary.total) : "";
     row.querySelector('[data-role="message"]').textContent =
       summary.asks ? "waiting for your answer" : summary.message || "";
     row.querySelector('[data-role="step"]').textContent = summary.step;
     if (summary.final && !wasFinal && window.htmx) {   // the server has the final duration
+      // The row as the source: htmx queues a request behind one in flight from the same
+      // element and keeps only the last, so rows sharing document.body were dropped when
+      // several runs ended at once.
       window.htmx.ajax("GET", container.dataset.rowsUrl + "?id=" + encodeURIComponent(summary.id),
-                       {target: "#run-list", swap: "none"});
+                       {source: row, target: "#run-list", swap: "none"});
     }
+  }
+
+  function setStall(runId, stall) {   // runs/stalls.py: no stripe, an amber badge, the cause
+    const row = document.getElementById("run-row-" + runId);
+    if (!row) return;
+    if (stall) row.dataset.stalled = stall.kind; else delete row.dataset.stalled;
+    drawState(row);
+    const caption = row.querySelector('[data-role="stall"]');
+    caption.hidden = !stall;
+    caption.textContent = stall ? "stalled since " + clock(stall.since) + ": " + stall.why : "";
+  }
+
+  function drawState(row) {
+    const stalled = Boolean(row.dataset.stalled);
+    const status = row.dataset.status;
+    const safe = stalled ? "stalled" : status;
+    const badge = row.querySelector('[data-role="status"]');
+    badge.className = "badge status-" + safe;
+    badge.textContent = stalled ? "stalled" : LABELS[status] || status;
+    const bar = row.querySelector('[data-role="progress"]');
+    bar.classList.toggle("is-running", status === "running" && !stalled);
+    bar.querySelector(".progress-fill").className = "progress-fill status-" + safe;
   }
 
   function newRuns() {
@@ -74,6 +103,9 @@
     onMessage(message) {
       if (message.type === "runs") message.runs.forEach(update);
       else if (message.type === "new_runs") newRuns();
+      else if (message.type === "stalls") {
+        Object.entries(message.runs).forEach(([runId, stall]) => setStall(runId, stall));
+      }
     },
   });
 })();

@@ -14,6 +14,7 @@
   const HEARTBEAT_MS = 15000;      // send a ping this often
   const SILENCE_MS = 40000;        // no frame for this long: the socket is dead
   const MAX_DELAY_MS = 10000;
+  const SERVICE_RESTART = 4012;    // close code of a stopping server (runs/live_shutdown.py)
 
   function backoff(attempt) {
     const base = Math.min(MAX_DELAY_MS, 300 * Math.pow(2, attempt));
@@ -30,6 +31,8 @@
       this.retryTimer = null;
       this.heartbeat = null;
       this.lastFrameAt = Date.now();
+      this.note = "";   // shown instead of "live" while the connection is up (e.g. "stalled")
+      this.state = "connecting";
       this.indicator = document.getElementById("live-indicator");
       window.addEventListener("online", () => this.reconnectNow());
       window.addEventListener("offline", () => this.setState("offline"));
@@ -60,8 +63,10 @@
         return;
       }
       this.socket = socket;
+      let opened = false;
       socket.onopen = () => {
         if (socket !== this.socket) return;
+        opened = true;
         this.lastFrameAt = Date.now();
         this.startHeartbeat();
         if (this.handlers.onOpen) this.handlers.onOpen(this);
@@ -84,21 +89,28 @@
         this.stopHeartbeat();
         this.socket = null;
         if (this.handlers.onClose) this.handlers.onClose(event, this);
+        // How the last open connection ended (attempts that never opened say 1006).
+        if (opened && this.indicator) this.indicator.dataset.closeCode = String(event.code);
         if (event.code === 4401 || event.code === 4404) {   // logged out, or not ours
           this.setState("closed", event.code === 4401 ? "logged out" : "not available");
           this.stopped = true;
           return;
         }
-        this.scheduleRetry();
+        // 4012 "service restart": the server is stopping (a deploy); the next one, or
+        // another behind the load balancer, is there at once: no backoff built up.
+        if (event.code === SERVICE_RESTART) this.restarting = true;
+        else if (opened) this.restarting = false;
+        if (event.code === SERVICE_RESTART) this.attempt = 0;
+        this.scheduleRetry(this.restarting ? "server restarting" : "");
       };
     }
 
-    scheduleRetry() {
+    scheduleRetry(why) {
       if (this.stopped) return;
       const delay = backoff(this.attempt);
       this.attempt += 1;
       this.setState(navigator.onLine === false ? "offline" : "reconnecting",
-                    "retry in " + Math.ceil(delay / 1000) + " s");
+                    (why ? why + " · " : "") + "retry in " + Math.ceil(delay / 1000) + " s");
       clearTimeout(this.retryTimer);
       this.retryTimer = setTimeout(() => this.connect(), delay);
     }
@@ -152,14 +164,25 @@
       if (this.socket) { try { this.socket.close(1000); } catch (err) { /* gone */ } }
     }
 
+    setNote(note) {   // the page says what to show instead of a green "live"
+      this.note = note || "";
+      this.setState(this.state, this.detail);
+    }
+
     setState(state, detail) {
+      this.state = state;
+      this.detail = detail;
       if (!this.indicator) return;
       const labels = {connecting: "connecting…", live: "live", reconnecting: "reconnecting…",
                       offline: "offline", closed: "not live"};
       this.indicator.dataset.state = state;
       const text = this.indicator.querySelector(".live-text");
-      if (text) text.textContent = labels[state] + (detail && state !== "live" ? " · " + detail : "");
-      this.indicator.title = state === "live" ? "Live: updates arrive as they happen"
+      const noted = state === "live" && this.note;
+      this.indicator.classList.toggle("is-stalled", Boolean(noted));
+      if (text) text.textContent = noted ? this.note
+        : labels[state] + (detail && state !== "live" ? " · " + detail : "");
+      this.indicator.title = noted ? "Connected, but the run is not moving: " + this.note
+        : state === "live" ? "Live: updates arrive as they happen"
         : "Updates paused: " + (detail || state) + ". Nothing is lost; the page catches up.";
     }
   }

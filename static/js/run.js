@@ -29,6 +29,8 @@
 
   let lastSeq = parseInt(page.dataset.lastSeq, 10) || 0;
   let status = page.dataset.status;
+  let stall = page.dataset.stalled ? {kind: page.dataset.stalled} : null;   // runs/stalls.py
+  let live = null;
   let unseen = 0;
 
   // --- the log -----------------------------------------------------------------------------
@@ -83,24 +85,46 @@
   });
 
   // --- status, progress, rate and ETA ---------------------------------------------------------
-  function setStatus(next) {
-    status = next;
-    page.dataset.status = next;
-    const safe = next.replace(/[^a-z_]/g, "");
+  function drawState() {   // badge and bar: a stalled run shows no stripe and no pulse
+    const safe = stall ? "stalled" : status.replace(/[^a-z_]/g, "");
     const badge = document.createElement("span");
     badge.className = "badge status-" + safe;
     badge.dataset.role = "status";
-    badge.textContent = LABELS[next] || next;
+    badge.textContent = stall ? "stalled" : LABELS[status] || status;
     $("run-status").replaceChildren(badge);
     const bar = document.querySelector("#run-progress .progress");
-    bar.classList.toggle("is-running", next === "running");
+    bar.classList.toggle("is-running", status === "running" && !stall);
     bar.querySelector(".progress-fill").className = "progress-fill status-" + safe;
-    if (FINAL.includes(next)) {
-      $("run-eta").textContent = next === "succeeded" ? "done" : "—";
-      if (next === "succeeded" && samples.length) {
-        const last = samples[samples.length - 1];
-        if (last.total) drawProgress(last.total, last.total, null);
-      }
+  }
+
+  function setStall(next) {
+    stall = next;
+    if (stall) page.dataset.stalled = stall.kind; else delete page.dataset.stalled;
+    const note = $("run-stall");
+    note.hidden = !stall;
+    if (stall) {
+      $("run-stall-since").dateTime = stall.since;
+      $("run-stall-since").textContent = clock(stall.since);
+      $("run-stall-why").textContent = stall.why;
+      $("run-eta").textContent = "—";
+    }
+    drawState();
+    if (!stall) drawRate();
+    if (live) live.setNote(stall ? "stalled" : "");
+  }
+
+  function moving() {   // no ETA for a run that does not move
+    return !stall && (status === "running" || status === "queued");
+  }
+
+  function setStatus(next) {
+    status = next;
+    page.dataset.status = next;
+    drawState();
+    if (moving()) drawRate(); else $("run-eta").textContent = next === "succeeded" ? "done" : "—";
+    if (next === "succeeded" && samples.length) {
+      const last = samples[samples.length - 1];
+      if (last.total) drawProgress(last.total, last.total, null);
     }
   }
 
@@ -127,6 +151,10 @@
     if (message !== null) $("run-progress-message").textContent = message || "";
   }
 
+  // The rate is how fast `done` grows over the last minute. The ETA is how long the work
+  // left (total - done) takes to run out at the pace it shrank over that minute: an agent
+  // that finds its work as it goes (a crawl finding links) grows its total, and dividing
+  // the work left by the rate of `done` alone would promise an end that keeps receding.
   function drawRate() {
     if (samples.length < 2) return;
     const last = samples[samples.length - 1];
@@ -134,24 +162,40 @@
     for (const s of samples) { if (last.at - s.at <= 60) { first = s; break; } }
     if (first === last) first = samples[samples.length - 2];
     const dt = last.at - first.at, dd = last.done - first.done;
-    if (dt <= 0 || dd <= 0) return;
-    const rate = dd / dt;
-    $("run-rate").textContent = rate >= 1 ? fmtNumber(Math.round(rate * 10) / 10) + "/s"
-      : fmtNumber(Math.round(rate * 600) / 10) + "/min";
-    if (FINAL.includes(status)) return;
+    if (dt <= 0) return;
+    if (dd > 0) {
+      const rate = dd / dt;
+      $("run-rate").textContent = rate >= 1 ? fmtNumber(Math.round(rate * 10) / 10) + "/s"
+        : fmtNumber(Math.round(rate * 600) / 10) + "/min";
+    }
+    if (moving()) $("run-eta").textContent = eta(first, last, dt);
+  }
+
+  function eta(first, last, dt) {
     const left = last.total - last.done;
-    $("run-eta").textContent = left > 0 ? "≈ " + fmtDuration(left / rate) : "finishing";
+    if (left <= 0) return "finishing";
+    const shrinking = (first.total - first.done - left) / dt;
+    if (shrinking <= 0) return last.total > first.total ? "unknown: the total keeps growing" : "—";
+    return "≈ " + fmtDuration(left / shrinking) + (last.total > first.total ? " (total growing)" : "");
   }
 
   function addSample(ev) {
     const sample = {at: Date.parse(ev.at) / 1000, done: Number(ev.data.done) || 0,
                     total: Number(ev.data.total) || 0};
     const prev = samples[samples.length - 1];
-    if (prev && (sample.done < prev.done || sample.total !== prev.total)) samples.length = 0;
+    if (prev && sample.done < prev.done) samples.length = 0;   // rolled back: a new count
     samples.push(sample);
     if (samples.length > 120) samples.shift();
     drawProgress(sample.done, sample.total, ev.data.message);
     drawRate();
+  }
+
+  // The step the run is in: its last checkpoint's, or a later one its effects are logged
+  // at (the server's rule: run_current_step in runs/selectors.py).
+  function advanceStep(step, branch) {
+    const el = $("run-step");
+    if (typeof step !== "number" || String(branch) !== $("run-branch").textContent) return;
+    if (!(step <= parseInt(el.textContent, 10))) el.textContent = step;
   }
 
   function tickDuration() {
@@ -179,18 +223,34 @@
     panelTimer = setTimeout(refreshPanels, wait);
   }
 
+  let panelsAsked = [];
+
   function refreshPanels() {
     panelTimer = null;
     if (!window.htmx || !dirty.size) return;
     const names = Array.from(dirty);
     dirty.clear();
+    panelsAsked = names;
     panelBusy = true;
     panelLast = Date.now();
     const query = names.map((n) => "p=" + encodeURIComponent(n)).join("&");
-    window.htmx.ajax("GET", page.dataset.panelsUrl + "?" + query, {target: "#run-page", swap: "none"})
+    // Its own source element: htmx queues a request behind one in flight from the same
+    // element, keeps only the last one queued, and resolves the promise of a queued one at
+    // once. Sharing document.body with the checkpoint viewer dropped panels made stale
+    // while a checkpoint loaded, and the header kept a state the run had left.
+    window.htmx.ajax("GET", page.dataset.panelsUrl + "?" + query,
+                     {source: page, target: "#run-page", swap: "none"})
       .catch(() => names.forEach((n) => dirty.add(n)))
       .finally(() => { panelBusy = false; schedulePanels(); });
   }
+
+  // A refresh the server did not answer (a 503 while the database is away) is asked for
+  // again: htmx resolves the request's promise all the same.
+  page.addEventListener("htmx:afterRequest", (event) => {
+    if (event.detail.elt === page && !event.detail.successful) {
+      panelsAsked.forEach((n) => dirty.add(n));
+    }
+  });
 
   // --- applying events ---------------------------------------------------------------------------
   function apply(ev) {
@@ -208,11 +268,15 @@
       case "progress": addSample(ev); break;
       case "log": break;
       case "checkpoint":
-        if (data.step !== undefined) $("run-step").textContent = data.step;
-        if (data.branch !== undefined) $("run-branch").textContent = data.branch;
+        if (data.branch !== undefined && String(data.branch) !== $("run-branch").textContent) {
+          $("run-branch").textContent = data.branch;
+          $("run-step").textContent = data.step;
+        } else {
+          advanceStep(data.step, data.branch);
+        }
         stale("timeline");
         break;
-      case "effect": stale("effects"); break;
+      case "effect": advanceStep(data.step, data.branch); stale("effects"); break;
       case "rollback": case "edit": case "upgrade":
         $("run-branch").textContent = data.branch;
         $("run-step").textContent = data.step;
@@ -230,7 +294,7 @@
     for (const ev of events) {
       if (ev.seq <= lastSeq) continue;                 // a duplicate: already shown
       if (ev.seq !== lastSeq + 1) {                   // a gap: ask again from what we have
-        live.send({type: "resume", after: lastSeq});
+        live.send({type: "resume", after: lastSeq, stalled: stall ? stall.kind : null});
         break;
       }
       lines.push(line(ev));
@@ -256,7 +320,8 @@
     mark.classList.add("is-selected");
     if (shownCheckpoint === number) return;
     shownCheckpoint = number;
-    window.htmx.ajax("GET", mark.dataset.url, {target: "#checkpoint-state", swap: "innerHTML"});
+    window.htmx.ajax("GET", mark.dataset.url,
+                     {source: "#checkpoint-state", target: "#checkpoint-state", swap: "innerHTML"});
   }
 
   document.addEventListener("click", (event) => {
@@ -292,10 +357,14 @@
   tickDuration();
   setInterval(() => { if (!FINAL.includes(status)) tickDuration(); }, 1000);
 
-  new window.LiveSocket(page.dataset.wsPath, {
-    onOpen(live) { live.send({type: "hello", after: lastSeq}); },
-    onMessage(message, live) {
-      if (message.type === "events") onEvents(message.events, live);
+  const since = $("run-stall-since");
+  if (stall && since.dateTime) since.textContent = clock(since.dateTime);
+  live = new window.LiveSocket(page.dataset.wsPath, {
+    onOpen(socket) { socket.send({type: "hello", after: lastSeq, stalled: stall ? stall.kind : null}); },
+    onMessage(message, socket) {
+      if (message.type === "events") onEvents(message.events, socket);
+      else if (message.type === "stall") setStall(message.stall);
     },
   });
+  if (stall) live.setNote("stalled");
 })();

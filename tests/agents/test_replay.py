@@ -50,7 +50,7 @@ class AssistantWithoutNotes(Assistant):
 
 
 class CrawlV2(Crawl):
-    version = "2"
+    version = str(int(Crawl.version) + 1)
 
 
 def registry(*classes) -> AgentRegistry:
@@ -157,4 +157,4 @@ def test_a_new_version_is_not_resumed_silently(inproc_sandbox):
     assert finish(store, run_id, registry(CrawlV2)) == Outcome.NEEDS_ATTENTION
     attention = store.get(run_id).attention
     assert attention["kind"] == "version_drift"
-    assert attention["message"] == "code changed: 1 → 2"
+    assert attention["message"] == f"code changed: {Crawl.version} → {CrawlV2.version}"

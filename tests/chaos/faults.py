@@ -23,9 +23,13 @@ POINTS = {
     "point_lease_renewal": ("lease_renewal", ["kill"]),
     "point_before_release": ("before_release", ["kill"]),
 }
-PROCESS = ["worker_sigkill", "cluster_sigkill", "cluster_sigterm", "worker_sigstop"]
+PROCESS = ["worker_sigkill", "workers_all_sigkill", "sentinel_sigkill", "cluster_children_sigkill",
+           "cluster_sigkill", "cluster_sigterm", "worker_sigstop"]
 SERVICES_PG = ["pg_restart", "pg_terminate"]
-SERVICES = ["redis_restart", "daphne_restart"]
+SERVICES = ["redis_restart", "daphne_restart", "sandbox_outage"]
+# Longer than the few seconds the built-in tools once retried for: an outage the runs
+# must outlast by waiting (a durable timer), not fail for.
+SANDBOX_OUTAGE_SECONDS = (6.0, 15.0)
 
 
 def available(*, postgres: bool, redis: bool) -> list[str]:
@@ -56,6 +60,7 @@ class Injector:
         self.stopped: list[tuple[float, int]] = []   # (continue at, pid)
         self.armed: list[Fault] = []
         self.terminating: list[tuple[float, object, str]] = []  # (SIGTERM at, cluster, how)
+        self.outage_ends: float | None = None  # the sandbox comes back at this monotonic time
 
     def inject(self, kind: str) -> Fault | None:
         if kind in POINTS:
@@ -99,6 +104,36 @@ class Injector:
         cluster = self.rng.choice(pool)
         runs = [run for pid in cluster.worker_pids() for run in held.get(pid, [])]
         return cluster, runs
+
+    def workers_all_sigkill(self) -> Fault:
+        """Every worker of one cluster at once: its sentinel must not be left feeding a
+        task queue that a killed worker died holding the lock of."""
+        cluster, runs = self._victim_cluster()
+        pids = cluster.worker_pids()
+        fault = self._struck("workers_all_sigkill", runs, f"pids {pids}")
+        for pid in pids:
+            _kill(pid, signal.SIGKILL)
+        return fault
+
+    def sentinel_sigkill(self) -> Fault:
+        """The sentinel alone: its workers, monitor and pusher are orphans then, and the
+        main process has nothing under it."""
+        cluster, runs = self._victim_cluster()
+        sentinel = _sentinel_pid(cluster)
+        fault = self._struck("sentinel_sigkill", runs, f"pid {sentinel}")
+        if sentinel is not None:
+            _kill(sentinel, signal.SIGKILL)
+        return fault
+
+    def cluster_children_sigkill(self) -> Fault:
+        """Everything under the main process (sentinel, monitor, pusher, workers) at once:
+        the main stays, and must not stay alive with nothing under it."""
+        cluster, runs = self._victim_cluster()
+        pids = [pid for pid in cluster.all_pids() if pid != cluster.pid]
+        fault = self._struck("cluster_children_sigkill", runs, f"pids {pids}")
+        for pid in pids:
+            _kill(pid, signal.SIGKILL)
+        return fault
 
     def cluster_sigkill(self) -> Fault:
         cluster, runs = self._victim_cluster()
@@ -158,6 +193,9 @@ class Injector:
 
     def thaw(self, all_now: bool = False) -> None:
         now = time.monotonic()
+        if self.outage_ends is not None and (all_now or self.outage_ends <= now):
+            self.outage_ends = None
+            self.stack.start_sandbox_server()
         for item in list(self.stopped):
             if all_now or item[0] <= now:
                 _kill(item[1], signal.SIGCONT)
@@ -231,6 +269,25 @@ class Injector:
         self.stack.restart_web()
         fault.detail = f"down {time.time() - fault.at:.1f} s, {connected} followers connected"
         return fault
+
+
+    def sandbox_outage(self) -> Fault | None:
+        """The outside world (the sandbox every tool calls) goes away for longer than a
+        retry loop in the worker thread would wait; the harness brings it back later."""
+        if self.outage_ends is not None:
+            return None  # one outage at a time
+        length = self.rng.uniform(*SANDBOX_OUTAGE_SECONDS)
+        fault = self._everyone("sandbox_outage", f"down {length:.1f} s")
+        self.stack.stop_sandbox_server()
+        self.outage_ends = time.monotonic() + length
+        return fault
+
+
+def _sentinel_pid(cluster) -> int | None:
+    """The cluster's live sentinel (each process writes its role file: runs/cluster/roles.py;
+    the main's children may also be a replaced sentinel's workers, handing off)."""
+    alive = cluster.role_pids("sentinel")
+    return alive[0] if alive else None
 
 
 def _kill(pid: int, sig) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import signal
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -81,6 +82,7 @@ class Harness:
             self.set_up()
             self.storm()
             self.drain()
+            self.probe_clusters()
             self.audit()
         finally:
             self.tear_down()
@@ -251,6 +253,34 @@ class Harness:
         self.followers.wait_caught_up(heads, 30)
         self.phase("drain", started)
 
+    def probe_clusters(self, timeout: float = 30.0) -> None:
+        """Each cluster the storm left must still run work alone: the others are frozen
+        while a short run is launched. Another cluster taking all the work hid a cluster
+        whose workers hung on a poisoned queue."""
+        started = time.monotonic()
+        probe = next(c for c in self.configs if c.name == "ledger")
+        for cluster in list(self.stack.clusters):
+            others = [c for c in self.stack.clusters if c is not cluster]
+            for other in others:
+                other.signal_group(signal.SIGSTOP)
+            try:
+                run = db_call(services.run_launch, user=self.user, agent=probe.agent,
+                              inputs=probe.inputs)
+                self.operator.plans[run.id] = Plan(run.id, probe.name, False, time.time())
+                deadline = time.monotonic() + timeout
+                status = db_call(_status, run.id)
+                while time.monotonic() < deadline and status not in FINAL:
+                    time.sleep(0.2)
+                    status = db_call(_status, run.id)
+                if status != "succeeded":
+                    self.hung.append(f"cluster pid {cluster.pid} alone did not finish a probe "
+                                     f"run in {timeout:.0f} s after the storm (run {run.id} "
+                                     f"{status}; processes {cluster.all_pids()})")
+            finally:
+                for other in others:
+                    other.signal_group(signal.SIGCONT)
+        self.phase("probe", started)
+
     def _settled(self) -> bool:
         rows = db_call(lambda: list(Run.objects.filter(pk__in=list(self.operator.plans))
                                     .exclude(status__in=FINAL).values_list("id", "status",
@@ -279,3 +309,7 @@ class Harness:
         self.result.actions = self.operator.actions
         self.result.decisions = self.operator.decisions
         self.phase("audit", started)
+
+
+def _status(run_id: str) -> str:
+    return Run.objects.filter(pk=run_id).values_list("status", flat=True).get()

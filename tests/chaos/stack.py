@@ -174,7 +174,15 @@ class Stack:
                                  cwd=ROOT, env=_env(env), capture_output=True, text=True)
         if migrate.returncode:
             raise RuntimeError(f"sandbox migrate failed:\n{migrate.stderr[-3000:]}")
+        self.sandbox_env = env
         self.sandbox = Server(self.logs, port=port, **env)
+
+    def stop_sandbox_server(self) -> None:
+        self.sandbox.stop()
+
+    def start_sandbox_server(self) -> None:
+        """The same sandbox (its database and port) back after an outage."""
+        self.sandbox = Server(self.logs, port=self.sandbox.port, **self.sandbox_env)
 
     @property
     def sandbox_url(self) -> str:

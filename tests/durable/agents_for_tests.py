@@ -16,7 +16,17 @@ import threading
 from collections import Counter
 from typing import ClassVar
 
-from runs.durable import Agent, AgentRegistry, Done, Retry, ToolFailedError, agent, control, tool
+from runs.durable import (
+    Agent,
+    AgentRegistry,
+    Done,
+    Retry,
+    ToolFailedError,
+    TransientToolError,
+    agent,
+    control,
+    tool,
+)
 
 REG = AgentRegistry()
 REG_V2 = AgentRegistry()  # the same agent names after a deploy that changed the code
@@ -105,11 +115,12 @@ def send_email(to: str) -> dict:
     return {"sent_to": to, "n": WORLD.calls["send_email"]}
 
 
-@tool(name="tests.flaky", retry=Retry(attempts=3, backoff=0))
+@tool(name="tests.flaky", retry=Retry(maximum_attempts=3, initial_interval=0))
 def flaky(value):
     WORLD.record("flaky", value)
     if WORLD.calls["flaky"] <= WORLD.flags.get("flaky_failures", 0):
-        raise ConnectionError(f"flaky failure {WORLD.calls['flaky']}")
+        # not idempotent: retried only because the failure says nothing was sent
+        raise TransientToolError(f"flaky failure {WORLD.calls['flaky']}", reached_target=False)
     return value
 
 

@@ -42,6 +42,7 @@ from runs.durable import (
     serde,
 )
 from runs.durable import records as r
+from runs.durable.executor import MAX_RECONNECTS
 from runs.durable.faults import InjectedFault, faults
 from runs.durable.serde import decode_state
 
@@ -459,6 +460,48 @@ class StoreContract:
         assert WORLD.target.keys().count(key) == 2  # re-sent under its key...
         assert len(WORLD.target.work) == 4  # ...and done once
 
+    def test_a_store_failing_mid_run_is_taken_back_once_it_answers(self, store, clock):
+        # The worker waits for the database (reconnect) instead of for the lease.
+        run = self.launch(store, "keys", {"n": 3})
+        flaky = _FailingCommits(store, lambda c: any(
+            (e.step_no, e.seq) == (2, 0) for e in c.effects))
+        errors = []
+        outcome = self.execute(flaky, run.id, reconnect=lambda e: errors.append(e) or True)
+        assert outcome == Outcome.SUCCEEDED  # in the same call: no lease ran out
+        assert [type(e) for e in errors] == [ConnectionError]
+        done = store.load(run.id).run
+        assert done.output == {"ids": [1, 2, 3, 4]}
+        assert done.crash_count == 0 and done.lease_owner is None  # not counted as a crash
+        key = idempotency_key(run.id, 1, 2, 0)
+        assert WORLD.target.keys().count(key) == 2  # re-sent under its key...
+        assert len(WORLD.target.work) == 4  # ...and done once
+
+    def test_a_run_taken_over_while_its_worker_waited_for_the_store_is_fenced(self, store,
+                                                                              clock):
+        run = self.launch(store, "keys", {"n": 3})
+        flaky = _FailingCommits(store, lambda c: any(
+            (e.step_no, e.seq) == (2, 0) for e in c.effects))
+
+        def outage_longer_than_the_lease(error):
+            clock.advance(LEASE + 1)
+            assert store.claim(run.id, "w2", LEASE, time.time()) is not None
+            return True
+
+        assert self.execute(flaky, run.id, reconnect=outage_longer_than_the_lease) == \
+            Outcome.FENCED
+        assert store.load(run.id).run.lease_owner == "w2"  # the release changed nothing
+        assert self.execute(store, run.id, worker("w2")) == Outcome.NOT_CLAIMED  # w2 holds it
+
+    def test_a_store_that_answers_but_keeps_failing_is_left_to_the_crash_guard(self, store,
+                                                                              clock):
+        run = self.launch(store, "keys", {"n": 3})
+        flaky = _FailingCommits(store, lambda c: bool(c.effects), times=None)
+        errors = []
+        outcome = self.execute(flaky, run.id, reconnect=lambda e: errors.append(e) or True)
+        assert outcome == Outcome.ABANDONED
+        assert len(errors) == MAX_RECONNECTS  # not a hot loop of claims and replays
+        assert store.load(run.id).run.lease_owner is not None  # left as a crash leaves it
+
     def _in_doubt(self, store, clock):
         run = self.launch(store, "in_doubt")
         crash_at("after_effect_before_log")
@@ -761,12 +804,60 @@ class StoreContract:
         preview = control.rollback_preview(store, run.id, checkpoint=start.number)
         assert preview["checkpoint"] == start.number and preview["step"] == 0
         assert [e["tool"] for e in preview["effects"]] == ["tests.post_record", "tests.echo"]
-        assert [e["tool"] for e in preview["idempotent"]] == ["tests.post_record"]
-        assert [e["tool"] for e in preview["not_idempotent"]] == ["tests.echo"]
-        assert preview["steps_undone"] == 1
-        assert preview["not_idempotent"][0]["key"] == idempotency_key(run.id, 1, 1, 1)
+        assert [e["idempotent"] for e in preview["effects"]] == [True, False]
+        assert preview["by_tool"] == [
+            {"tool": "tests.post_record", "calls": 1, "not_idempotent": 0, "reached": 0},
+            {"tool": "tests.echo", "calls": 1, "not_idempotent": 1, "reached": 1}]
+        assert (preview["not_idempotent"], preview["reached"]) == (1, 1)
+        assert preview["steps_undone"] == 1 and preview["stays_paused"] is False
+        assert preview["effects"][1]["key"] == idempotency_key(run.id, 1, 1, 1)
         with pytest.raises(CheckpointNotFoundError):
             control.rollback_preview(store, run.id, checkpoint=999)
+
+    def test_a_rollback_leaves_a_paused_run_paused_unless_told_to_resume(self, store):
+        run = self.launch(store, "keys", {"n": 3})
+        self.execute(store, run.id)
+        step1 = next(c for c in store.history(run.id).checkpoints if c.step_no == 1)
+        held = control.rollback(store, run.id, checkpoint=step1.number, actor="op", resume=False)
+        assert (held.status, held.branch) == (r.PAUSED, 2)
+        again = control.rollback(store, run.id, checkpoint=step1.number, actor="op")
+        assert (again.status, again.branch) == (r.PAUSED, 3)  # it was paused: it stays so
+        assert run.id not in store.due_runs(time.time())
+        assert control.rollback(store, run.id, checkpoint=step1.number, actor="op",
+                                resume=True).status == r.QUEUED
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+
+    def test_an_action_returns_the_run_as_its_commit_left_it(self, store):
+        run = self.launch(store, "keys", {"n": 1})
+        paused = control.pause(store, run.id, actor="op")
+        assert paused == store.get(run.id) == store.load(run.id).run
+        assert (paused.status, paused.epoch) == (r.PAUSED, run.epoch + 1)
+        with pytest.raises(RunNotFoundError):
+            store.get("missing")
+
+    def test_a_history_query_reads_only_the_parts_it_names(self, store):
+        run = self.launch(store, "keys", {"n": 3})
+        self.execute(store, run.id)
+        by_step = {c.step_no: c for c in store.history(run.id).checkpoints}
+        control.rollback(store, run.id, checkpoint=by_step[2].number, actor="op")
+        self.execute(store, run.id)
+        full = store.history(run.id)
+        fork = next(c for c in full.checkpoints if c.parent_number is not None)
+        forks = store.history(run.id, r.HistoryQuery(forks=True))
+        assert forks.checkpoints == sorted([by_step[2], fork], key=lambda c: c.number)
+        assert forks.effects == []
+        target = store.history(run.id, r.HistoryQuery(checkpoint=by_step[1].number))
+        assert target.checkpoints == [by_step[1]]
+        in_order = sorted(full.effects, key=lambda e: e.position)
+        supersede = r.Supersede(after_step=1, keep_branches=(1, 3))
+        marked = store.history(run.id, r.HistoryQuery(superseded_by=supersede)).effects
+        assert marked == [e for e in in_order if not e.superseded
+                          and (e.step_no > 1 or e.branch not in (1, 3))] != []
+        step = store.history(run.id, r.HistoryQuery(step=(2, 3))).effects
+        assert step == [e for e in in_order if (e.branch, e.step_no) == (2, 3)] != []
+        assert store.history(run.id, r.HistoryQuery()) == r.History([], [])
+        with pytest.raises(RunNotFoundError):
+            store.history("missing", r.HistoryQuery(forks=True))
 
     def _yield_after_one_step(self, store, agent="resumable"):
         run = self.launch(store, agent)
@@ -1230,15 +1321,16 @@ class StoreContract:
 
 
 class _FailingCommits:
-    """The store, except that the first commit matching `when` raises as a lost
-    connection does."""
+    """The store, except that the first `times` commits matching `when` (all of them:
+    None) raise as a lost connection does."""
 
-    def __init__(self, store, when):
-        self._store, self._when, self._failed = store, when, False
+    def __init__(self, store, when, times: int | None = 1):
+        self._store, self._when, self._left = store, when, times
 
     def commit(self, run_id, epoch, commit):
-        if not self._failed and self._when(commit):
-            self._failed = True
+        if self._left != 0 and self._when(commit):
+            if self._left is not None:
+                self._left -= 1
             raise ConnectionError("server closed the connection unexpectedly")
         return self._store.commit(run_id, epoch, commit)
 

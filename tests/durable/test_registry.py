@@ -127,16 +127,17 @@ def test_an_idempotent_tool_must_accept_the_key():
 
     assert put.idempotent
     assert put.retry == Retry()  # idempotent tools are retried by default: it is safe
-    assert put.retry.attempts == 3
+    assert put.retry.maximum_attempts == 3
 
 
 def test_a_retry_policy_can_be_given_and_backs_off_exponentially():
-    @tool(retry=Retry(attempts=5, backoff=0.1, max_backoff=0.3))
+    @tool(retry=Retry(maximum_attempts=5, initial_interval=0.1, maximum_interval=0.3,
+                      jitter=0))
     def send(to):
         return to
 
-    assert send.retry.attempts == 5
-    assert [send.retry.delay(n) for n in (1, 2, 3, 4)] == [0.1, 0.2, 0.3, 0.3]
+    assert send.retry.maximum_attempts == 5
+    assert [send.retry.backoff(n) for n in (1, 2, 3, 4)] == pytest.approx([0.1, 0.2, 0.3, 0.3])
 
 
 class WithSchema(Agent):

@@ -87,16 +87,15 @@ def test_rollback_preview_then_confirm(ops, users):
     body = preview.content.decode()
     p = preview.context["preview"]
     assert p["steps_undone"] == 2
-    assert {e["tool"].rsplit(".", 1)[1] for e in p["idempotent"]} == {"write_entry"}
-    assert {e["tool"].rsplit(".", 1)[1] for e in p["not_idempotent"]} == {"charge"}
-    assert len(p["idempotent"]) == len(p["not_idempotent"]) == 2
+    assert {(t["tool"].rsplit(".", 1)[1], t["calls"], t["not_idempotent"], t["reached"])
+            for t in p["by_tool"]} == {("write_entry", 2, 0, 0), ("charge", 2, 2, 2)}
     for effect in p["effects"]:
         assert effect["key"] in body
     # no reason: nothing happens
     before = state_of(run.pk)
     refused = ops.post(f"/ops/runs/{run.pk}/rollback/", {"checkpoint": 2, "reason": ""})
     assert refused.status_code == 400 and state_of(run.pk) == before
-    done = ops.post(f"/ops/runs/{run.pk}/rollback/", {"checkpoint": 2, "reason": "bad data"})
+    done = ops.post(f"/ops/runs/{run.pk}/rollback/", {"checkpoint": 2, "reason": "bad data", "then": "resume"})
     assert done.status_code == 302
     run.refresh_from_db()
     assert (run.status, run.branch, run.step_no) == ("queued", 2, 1)
@@ -110,7 +109,7 @@ def test_rollback_to_a_missing_checkpoint_is_refused(ops, users):
     before = state_of(run.pk)
     response = ops.get(f"/ops/runs/{run.pk}/rollback/?checkpoint=99")
     assert response.status_code == 400 and "no checkpoint number 99" in response.content.decode()
-    response = ops.post(f"/ops/runs/{run.pk}/rollback/", {"checkpoint": 99, "reason": "x"})
+    response = ops.post(f"/ops/runs/{run.pk}/rollback/", {"checkpoint": 99, "reason": "x", "then": "resume"})
     assert response.status_code == 409 and state_of(run.pk) == before
 
 

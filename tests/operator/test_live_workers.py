@@ -56,7 +56,7 @@ def test_controls_on_running_runs(start_cluster, ops, users):
     # roll back a running run to checkpoint 3 (after step 2): a new branch with new keys
     response = ops.get(f"/ops/runs/{run.pk}/rollback/?checkpoint=3")
     assert response.status_code == 200 and response.context["preview"]["steps_undone"] >= 3
-    response = ops.post(f"/ops/runs/{run.pk}/rollback/", {"checkpoint": 3, "reason": "redo"})
+    response = ops.post(f"/ops/runs/{run.pk}/rollback/", {"checkpoint": 3, "reason": "redo", "then": "resume"})
     assert response.status_code == 302
     wait_until(lambda: Effect.objects.filter(run_id=run.pk, branch=2).count() >= 3, 20,
                message="progress on the new branch")

@@ -27,7 +27,7 @@ def numbers(run):
 def test_keeps_the_latest_per_branch_and_what_a_rollback_refers_to(ops, users):
     run = launch(users["alice"], steps=6)
     drive(run.pk)  # checkpoints 1..6 on branch 1 (start + after steps 1-5)
-    ops.post(f"/ops/runs/{run.pk}/rollback/", {"checkpoint": 3, "reason": "redo"})
+    ops.post(f"/ops/runs/{run.pk}/rollback/", {"checkpoint": 3, "reason": "redo", "then": "resume"})
     drive(run.pk)  # 7 = fork root (parent 3), 8..10 on branch 2
     assert numbers(run) == list(range(1, 11))
     age(run)

@@ -12,6 +12,7 @@ import re
 import pytest
 
 from runs import services
+from runs.live_shutdown import CLOSE_SERVICE_RESTART
 from runs.models import Checkpoint, Run, RunEvent
 from tests.support.processes import Server, wait_until
 from tests.web.conftest import log_in, screenshot
@@ -124,10 +125,14 @@ def test_launch_watch_leave_rejoin_and_survive_a_daphne_restart(users, server, s
     screenshot(listing, "run-list")
     listing.close()
 
-    # restart Daphne under the open page: it shows it is reconnecting, then catches up
+    # restart Daphne under the open page: it is told the server restarts (not a dropped
+    # connection), shows it is reconnecting, then catches up
     port = server.port
     server.stop()
     page.wait_for_selector('#live-indicator[data-state="reconnecting"]', timeout=10_000)
+    assert page.get_attribute("#live-indicator", "data-close-code") == \
+        str(CLOSE_SERVICE_RESTART)
+    assert "server restarting" in page.inner_text("#live-indicator")
     while_down = Run.objects.get(pk=run_id).event_seq
     wait_until(lambda: Run.objects.get(pk=run_id).event_seq > while_down + 3, 20,
                message="events while Daphne is down")

@@ -168,3 +168,41 @@ def test_a_failed_run_shows_its_error_on_the_page_and_the_timeline(alice_client,
     assert run.status == "failed"
     body = alice_client.get(run.get_absolute_url()).content.decode()
     assert "Failed" in body and 'class="trouble trouble-failed"' in body
+
+
+@pytest.fixture
+def lister_run(launch_and_drive):
+    import tests.web.lister_agent  # noqa: F401  (registers lister)
+
+    return launch_and_drive("lister", {"fail_at": 14})
+
+
+def step_shown(body: str) -> int:
+    return int(re.search(r'<dd id="run-step"[^>]*>(\d+)</dd>', body).group(1))
+
+
+@pytest.mark.django_db
+def test_the_step_counter_shows_the_step_the_log_is_at(alice_client, lister_run, users):
+    """Checkpoints every 5 steps, failed in step 14: the log's last effect is at step 14,
+    the last checkpoint at step 10; the counter says 14, on the page and in its panel."""
+    assert lister_run.step_no == 10
+    body = alice_client.get(lister_run.get_absolute_url()).content.decode()
+    assert step_shown(body) == 14
+    assert "last checkpoint: step 10" in body
+    panel = alice_client.get(reverse("runs:panels", args=[lister_run.pk]), {"p": "stats"})
+    assert step_shown(panel.content.decode()) == 14
+
+    from runs import services
+
+    services.run_rollback(run_id=lister_run.pk, checkpoint=2, user=users["charlie"],
+                          reason="again from step 5")  # branch 2: branch 1's steps are not its
+    body = alice_client.get(lister_run.get_absolute_url()).content.decode()
+    assert step_shown(body) == 5
+
+
+@pytest.mark.django_db
+def test_a_failed_run_has_no_eta_saying_done(alice_client, lister_run, ticker_run):
+    failed = alice_client.get(lister_run.get_absolute_url()).content.decode()
+    assert '<span id="run-eta">—</span>' in failed
+    succeeded = alice_client.get(ticker_run.get_absolute_url()).content.decode()
+    assert '<span id="run-eta">done</span>' in succeeded

@@ -11,8 +11,10 @@ from django.core.management.base import BaseCommand, CommandError
 from runs import services, untrusted
 from runs.config import worker_config
 from runs.durable import DurableError, Outcome, execute_run
-from runs.durable.records import FINAL_STATUSES, SUCCEEDED
+from runs.durable.records import FINAL_STATUSES, NEEDS_ATTENTION, SUCCEEDED
 from runs.models import Run, RunEvent
+from runs.operator_forms import ResolveForm, RollbackForm, RunActionForm
+from runs.stalls import mark_stalls
 
 
 class Command(BaseCommand):
@@ -30,44 +32,9 @@ class Command(BaseCommand):
             return p
 
         sub.add_parser = add_with_json
-        p = sub.add_parser("launch", help="launch a run of AGENT")
-        p.add_argument("agent")
-        p.add_argument("--input", default="{}", help="the inputs, a JSON object")
-        p.add_argument("--user", default=None, help="the owner's username")
-        p.add_argument("--wait", action="store_true", help="wait until the run ends")
-        p.add_argument("--timeout", type=float, default=3600)
-        p = sub.add_parser("list", help="list runs, newest first")
-        p.add_argument("--status", default=None)
-        p.add_argument("--limit", type=int, default=20)
-        for name in ("show", "watch", "execute"):
-            p = sub.add_parser(name)
-            p.add_argument("run_id")
-            if name == "watch":
-                p.add_argument("--timeout", type=float, default=3600)
-        for name in ("pause", "resume", "cancel"):
-            p = sub.add_parser(name)
-            p.add_argument("run_id")
-            p.add_argument("--reason", default="")
-            p.add_argument("--user", default=None)
-            if name == "resume":
-                p.add_argument("--upgrade", action="store_true",
-                               help="continue on the agent's current version (new branch)")
-        p = sub.add_parser("rollback")
-        p.add_argument("run_id")
-        p.add_argument("--checkpoint", type=int, required=True)
-        p.add_argument("--reason", default="")
-        p.add_argument("--user", default=None)
-        p.add_argument("--preview", action="store_true", help="only show what would be undone")
-        p = sub.add_parser("resolve", help="answer an in-doubt effect")
-        p.add_argument("run_id")
-        p.add_argument("--effect", type=int, required=True, help="the effect's seq in its step")
-        p.add_argument("--as", dest="resolution", choices=["done", "retry", "skip"], required=True)
-        p.add_argument("--result", default="null", help="JSON result (for done/skip)")
-        p.add_argument("--reason", default="")
-        p.add_argument("--user", default=None)
-        sub.add_parser("sweep", help="enqueue every run that is due now")
-        p = sub.add_parser("prune", help="apply the checkpoint retention policy (runs/retention.py)")
-        p.add_argument("--dry-run", action="store_true", help="only say what would be dropped")
+        _add_run_subcommands(sub)
+        _add_control_subcommands(sub)
+        _add_maintenance_subcommands(sub)
 
     def handle(self, *args, **opts):
         self.as_json = opts["json"]
@@ -78,7 +45,7 @@ class Command(BaseCommand):
         except untrusted.UntrustedInputError as exc:
             raise CommandError(str(exc)) from None
         try:
-            return getattr(self, f"do_{opts['subcommand']}")(opts)
+            return getattr(self, f"do_{opts['subcommand'].replace('-', '_')}")(opts)
         except DurableError as exc:
             raise CommandError(str(exc)) from None
 
@@ -94,19 +61,30 @@ class Command(BaseCommand):
         runs = Run.objects.select_related("owner").order_by("-created_at")
         if opts["status"]:
             runs = runs.filter(status=opts["status"])
-        runs = list(runs[: opts["limit"]])
+        runs = mark_stalls(list(runs[: opts["limit"]]))
         if self.as_json:
             self.stdout.write(json.dumps([_run_dict(r) for r in runs], indent=2))
             return
         for run in runs:
-            self.stdout.write(f"{run.id}  {run.agent:<12} {run.status:<16} step {run.step_no:<6} "
+            status = f"{run.status} STALLED" if run.stall else run.status
+            self.stdout.write(f"{run.id}  {run.agent:<12} {status:<16} step {run.step_no:<6} "
                               f"{run.progress_percent:5.1f}%  {run.owner or '-'}")
 
     def do_show(self, opts):
         self._print_run(_get(opts["run_id"]), full=True)
 
     def do_watch(self, opts):
-        return self._follow(_get(opts["run_id"]).id, opts["timeout"], quiet=False)
+        run = _get(opts["run_id"])
+        if opts["from_seq"] is not None and opts["from_seq"] < 1:
+            raise CommandError(f"--from must be 1 or more (events are numbered from 1), "
+                               f"not {opts['from_seq']}")
+        # Like `tail -f`: what happens from now on; --from N replays from event N.
+        after = run.event_seq if opts["from_seq"] is None else opts["from_seq"] - 1
+        if opts["from_seq"] is None and _ended(run):
+            self._note(f"run {run.id} has ended ({run.status}); --from 1 prints its events")
+        else:
+            self._note(f"following run {run.id} from event {after + 1}")
+        return self._follow(run.id, opts["timeout"], quiet=False, after=after)
 
     def do_execute(self, opts):
         run = _get(opts["run_id"])
@@ -121,16 +99,25 @@ class Command(BaseCommand):
         self._print_run(_get(run.id))
 
     def do_pause(self, opts):
-        self._print_run(services.run_pause(run_id=_get(opts["run_id"]).id, user=_actor(opts),
-                                           reason=opts["reason"]))
+        self._control(services.run_pause, opts)
 
     def do_resume(self, opts):
-        self._print_run(services.run_resume(run_id=_get(opts["run_id"]).id, user=_actor(opts),
-                                            reason=opts["reason"], upgrade=opts["upgrade"]))
+        self._control(services.run_resume, opts, upgrade=opts["upgrade"])
 
     def do_cancel(self, opts):
-        self._print_run(services.run_cancel(run_id=_get(opts["run_id"]).id, user=_actor(opts),
-                                            reason=opts["reason"]))
+        self._control(services.run_cancel, opts)
+
+    def do_retry_now(self, opts):
+        self._control(services.run_retry_now, opts)
+
+    def do_give_up(self, opts):
+        self._control(services.run_give_up, opts)
+
+    def _control(self, service, opts, **extra):
+        run_id = _get(opts["run_id"]).id
+        action = CONTROLS[opts["subcommand"]][0]
+        data = _valid(RunActionForm({"action": action, "reason": opts["reason"]}))
+        self._print_run(service(run_id=run_id, user=_actor(opts), reason=data["reason"], **extra))
 
     def do_rollback(self, opts):
         run_id = _get(opts["run_id"]).id
@@ -138,14 +125,23 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(services.run_rollback_preview(
                 run_id=run_id, checkpoint=opts["checkpoint"]), indent=2))
             return
-        self._print_run(services.run_rollback(run_id=run_id, checkpoint=opts["checkpoint"],
-                                              user=_actor(opts), reason=opts["reason"]))
+        # Without --then the engine's own default decides (control.stays_paused), as the
+        # page's preselected choice does.
+        then = opts["then"] or "resume"
+        data = _valid(RollbackForm({"checkpoint": opts["checkpoint"], "reason": opts["reason"],
+                                    "then": then}))
+        resume = data["then"] == "resume" if opts["then"] else None
+        self._print_run(services.run_rollback(run_id=run_id, checkpoint=data["checkpoint"],
+                                              user=_actor(opts), reason=data["reason"],
+                                              resume=resume))
 
     def do_resolve(self, opts):
-        result = _json_arg(opts["result"], "--result")
+        run_id = _get(opts["run_id"]).id
+        data = _valid(ResolveForm({"seq": opts["effect"], "resolution": opts["resolution"],
+                                   "result": opts["result"], "reason": opts["reason"]}))
         self._print_run(services.run_resolve_effect(
-            run_id=_get(opts["run_id"]).id, seq=opts["effect"], resolution=opts["resolution"],
-            result=result, user=_actor(opts), reason=opts["reason"]))
+            run_id=run_id, seq=data["seq"], resolution=data["resolution"],
+            result=data["result"], user=_actor(opts), reason=data["reason"]))
 
     def do_sweep(self, opts):
         from runs.sweep import sweep
@@ -166,28 +162,43 @@ class Command(BaseCommand):
     # --- output ----------------------------------------------------------------------
     def _print_run(self, run, full=False):
         run.refresh_from_db()
+        mark_stalls([run])
         if self.as_json:
             self.stdout.write(json.dumps(_run_dict(run, full=full), indent=2))
             return
         self.stdout.write(f"run {run.id}  {run.agent} v{run.agent_version}  {run.status}  "
                           f"step {run.step_no}  branch {run.branch}")
+        if run.stall:
+            self.stdout.write(f"  STALLED since {run.stall.since.isoformat(timespec='seconds')}: "
+                              f"{run.stall.why}")
         if full:
+            if run.lease_owner and run.lease_expires_at:
+                self.stdout.write(f"  lease: {run.lease_owner} until "
+                                  f"{run.lease_expires_at.isoformat(timespec='seconds')}")
             for name in ("inputs", "output", "error", "attention"):
                 value = getattr(run, name)
                 if value:
                     self.stdout.write(f"  {name}: {json.dumps(value)[:2000]}")
 
-    def _follow(self, run_id, timeout, quiet):
-        seen, deadline = 0, time.monotonic() + timeout
+    def _note(self, text):
+        """A line for the person at the terminal, kept out of stdout (and so of --json)."""
+        self.stderr.write(text, style_func=str)
+        self.stderr.flush()
+
+    def _follow(self, run_id, timeout, quiet, after=0):
+        seen, deadline = after, time.monotonic() + timeout
         while True:
+            # The run row first: its events up to its event_seq committed with it, so a
+            # run seen ended has all its events in the read below.
+            run = Run.objects.get(pk=run_id)
             events = list(RunEvent.objects.filter(run_id=run_id, seq__gt=seen).order_by("seq"))
             for event in events:
                 seen = event.seq
                 if not quiet:
                     line = event.as_message() if self.as_json else f"#{event.seq} {event.kind} {json.dumps(event.data)}"
                     self.stdout.write(json.dumps(line) if self.as_json else line)
-            run = Run.objects.get(pk=run_id)
-            if run.status in FINAL_STATUSES or run.status == "needs_attention":
+            self.stdout.flush()  # a pipe (`runs watch ID | grep ...`) sees each batch at once
+            if _ended(run):
                 if quiet:
                     self._print_run(run, full=True)
                 if run.status != SUCCEEDED:
@@ -196,6 +207,114 @@ class Command(BaseCommand):
             if time.monotonic() > deadline:
                 raise CommandError(f"run {run_id} still {run.status} after {timeout} s")
             time.sleep(0.2)
+
+
+# --- the subcommands' arguments ---------------------------------------------------------------
+RUN_ID_HELP = "the run's id, or a unique prefix of at least 6 characters"
+REASON_HELP = "why (required: it goes into the audit trail, as in the operator pages)"
+USER_HELP = "the acting user's username (default: the audit trail says 'cli')"
+
+
+def _subcommand(sub, name, summary, description=None):
+    """`summary` shows in `manage.py runs --help`, `description` in `runs NAME --help`."""
+    return sub.add_parser(name, help=summary, description=description or summary)
+
+
+def _add_run_subcommands(sub):
+    p = _subcommand(sub, "launch", "launch a run of AGENT",
+                    "Launch a run of AGENT with the given inputs (validated against the "
+                    "agent's input schema) and print it; a worker picks it up.")
+    p.add_argument("agent", help="the agent's name (the launch page lists them)")
+    p.add_argument("--input", default="{}", help="the inputs, a JSON object (default: {})")
+    p.add_argument("--user", default=None, help="the owner's username (default: no owner)")
+    p.add_argument("--wait", action="store_true",
+                   help="wait until the run ends; exit 1 unless it succeeded")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds --wait waits (3600)")
+    p = _subcommand(sub, "list", "list runs, newest first")
+    p.add_argument("--status", default=None, help="only runs with this status, e.g. running")
+    p.add_argument("--limit", type=int, default=20, help="how many runs (20)")
+    p = _subcommand(sub, "show", "show one run: status, step, lease, inputs, output, error")
+    p.add_argument("run_id", help=RUN_ID_HELP)
+    p = _subcommand(sub, "watch", "print a run's events as they happen, until it ends",
+                    "Follow a run's events from now (or from event N with --from) until the "
+                    "run ends or needs attention; exit 1 unless it succeeded.")
+    p.add_argument("run_id", help=RUN_ID_HELP)
+    p.add_argument("--from", dest="from_seq", type=int, default=None, metavar="N",
+                   help="start at event N (1: the whole history) instead of now")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds to follow at most (3600)")
+    p = _subcommand(sub, "execute", "run a run in this process until it ends or waits",
+                    "Claim the run and execute it here, without a worker (for scripts and "
+                    "debugging); refused while another worker holds it.")
+    p.add_argument("run_id", help=RUN_ID_HELP)
+
+
+CONTROLS = {  # subcommand: (RunActionForm action, help)
+    "pause": ("pause", "pause a run at its next effect boundary"),
+    "resume": ("resume", "resume a paused run (or retry a failed one from its last checkpoint)"),
+    "cancel": ("cancel", "cancel a run at its next effect boundary"),
+    "retry-now": ("retry_now", "start a waiting retry's next attempt now"),
+    "give-up": ("give_up", "stop retrying: the call fails with a tool error the agent sees"),
+}
+
+
+def _add_control_subcommands(sub):
+    for name, (_, summary) in CONTROLS.items():
+        p = _subcommand(sub, name, summary)
+        _add_control_arguments(p)
+        if name == "resume":
+            p.add_argument("--upgrade", action="store_true",
+                           help="continue on the agent's current version (new branch)")
+    p = _subcommand(sub, "rollback", "roll a run back to a checkpoint (a new branch)",
+                    "Roll the run back to checkpoint K: it continues on a new branch with new "
+                    "idempotency keys. --preview only prints what would be undone.")
+    _add_control_arguments(p)
+    p.add_argument("--checkpoint", type=int, required=True, metavar="K",
+                   help="the checkpoint's number")
+    p.add_argument("--then", choices=["resume", "pause"], default=None,
+                   help="after the rollback the run resumes, or stays paused "
+                        "(default: paused if it was paused, else it resumes)")
+    p.add_argument("--preview", action="store_true",
+                   help="only show what would be undone (needs no reason)")
+    p = _subcommand(sub, "resolve", "answer an in-doubt effect (it happened, retry it, skip it)")
+    _add_control_arguments(p)
+    p.add_argument("--effect", type=int, required=True, help="the effect's seq in its step")
+    p.add_argument("--as", dest="resolution", choices=list(ResolveForm.RESOLUTIONS),
+                   required=True, help="done: it happened; retry: call again under the same "
+                                       "key; skip: the call returns --result")
+    p.add_argument("--result", default="null", help="the call's result, JSON (done/skip)")
+
+
+def _add_control_arguments(p):
+    p.add_argument("run_id", help=RUN_ID_HELP)
+    p.add_argument("--reason", default="", help=REASON_HELP)
+    p.add_argument("--user", default=None, help=USER_HELP)
+
+
+def _add_maintenance_subcommands(sub):
+    _subcommand(sub, "sweep", "enqueue every run that is due now",
+                "Enqueue every due run (queued and unleased, running with an expired lease, "
+                "waiting on a timer that is due), as the cluster's recovery sweep does.")
+    p = _subcommand(sub, "prune", "apply the checkpoint retention policy (runs/retention.py)")
+    p.add_argument("--dry-run", action="store_true", help="only say what would be dropped")
+
+
+def _valid(form) -> dict:
+    """The operator pages' form decides, so the shell and the pages refuse the same input."""
+    if form.is_valid():
+        return form.cleaned_data
+    raise CommandError("; ".join(f"{_option(field)}{error}"
+                                 for field, errors in form.errors.items() for error in errors))
+
+
+def _option(field: str) -> str:
+    if field == "__all__":
+        return ""
+    return {"seq": "--effect", "resolution": "--as"}.get(field, f"--{field}") + ": "
+
+
+def _ended(run) -> bool:
+    """Where watching stops: the run is over, or nothing moves until an operator acts."""
+    return run.status in FINAL_STATUSES or run.status == NEEDS_ATTENTION
 
 
 def _json_arg(text, name):
@@ -231,7 +350,8 @@ def _run_dict(run, full=False):
             "status": run.status, "step_no": run.step_no, "branch": run.branch,
             "progress": [run.progress_done, run.progress_total],
             "owner": run.owner.get_username() if run.owner else None,
-            "created_at": run.created_at.isoformat()}
+            "created_at": run.created_at.isoformat(),
+            "stall": run.stall.as_dict() if run.stall else None}
     if full:
         data.update(inputs=run.inputs, output=run.output, error=run.error,
                     attention=run.attention, epoch=run.epoch)

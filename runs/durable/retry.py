@@ -1,0 +1,99 @@
+"""Retry policies: how long a failing tool call is tried again, and what is worth trying.
+
+The field names are those of Temporal's RetryPolicy, so a policy reads the same
+to someone who knows it. Waits are computed, never drawn: the jitter of the wait
+after attempt n of the effect with idempotency key k is a hash of (k, n), so a
+replayed or resumed run waits exactly as the first execution did, and runs that
+failed together (one outage) still spread their retries apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from .errors import PermanentToolError, StateNotSerializableError, TransientToolError
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How a failed tool call is tried again before its error reaches the agent.
+
+    initial_interval     seconds to wait after the first failed attempt
+    backoff_coefficient  each wait is this many times the one before
+    maximum_interval     no computed wait is longer (a server's Retry-After may be)
+    maximum_attempts     attempts in all, the first included; None: unlimited
+    maximum_elapsed      seconds from the first attempt after which no attempt
+                         starts; None: unlimited
+    jitter               each wait is moved by up to this share of it, up or down
+
+    A wait longer than about a second frees the worker: it is a durable timer
+    (like ``ctx.sleep``) that survives crashes and deploys.
+    """
+
+    initial_interval: float = 0.2
+    backoff_coefficient: float = 2.0
+    maximum_interval: float = 5.0
+    maximum_attempts: int | None = 3
+    maximum_elapsed: float | None = None
+    jitter: float = 0.1
+
+    def __post_init__(self):
+        if self.initial_interval < 0 or self.maximum_interval < 0:
+            raise ValueError("retry intervals must not be negative")
+        if self.backoff_coefficient < 1:
+            raise ValueError("backoff_coefficient must be at least 1")
+        if self.maximum_attempts is not None and self.maximum_attempts < 1:
+            raise ValueError("maximum_attempts must be at least 1 (or None: unlimited)")
+        if self.maximum_elapsed is not None and self.maximum_elapsed < 0:
+            raise ValueError("maximum_elapsed must not be negative (or None: unlimited)")
+        if not 0 <= self.jitter <= 1:
+            raise ValueError("jitter is a share of the wait, between 0 and 1")
+
+    def backoff(self, attempt: int, key: str = "") -> float:
+        """The wait after failed attempt `attempt` (1 is the first), jittered by `key`."""
+        try:
+            wait = self.initial_interval * self.backoff_coefficient ** (attempt - 1)
+        except OverflowError:  # unlimited attempts: the exponent outgrows a float
+            wait = self.maximum_interval
+        wait = min(wait, self.maximum_interval)
+        if self.jitter and key:
+            digest = hashlib.blake2b(f"{key}#{attempt}".encode(), digest_size=8).digest()
+            share = int.from_bytes(digest, "big") / 2 ** 64  # in [0, 1)
+            wait *= 1 + self.jitter * (2 * share - 1)
+        return wait
+
+    def next_wait(self, attempt: int, *, first_at: float, now: float, key: str,
+                  retry_after: float | None = None) -> float | None:
+        """Seconds from `now` until the attempt after failed `attempt`; None: give up.
+
+        The last wait is cut short at the `maximum_elapsed` deadline, so a call
+        that may be retried for an hour has an attempt at the hour."""
+        if self.maximum_attempts is not None and attempt >= self.maximum_attempts:
+            return None
+        wait = max(0.0, retry_after) if retry_after is not None else self.backoff(attempt, key)
+        if self.maximum_elapsed is not None:
+            left = first_at + self.maximum_elapsed - now
+            if left <= 0:
+                return None
+            wait = min(wait, left)
+        return wait
+
+
+NO_RETRY = Retry(maximum_attempts=1)
+
+
+def retryable(exc: BaseException, *, idempotent: bool) -> bool:
+    """Whether another attempt may help and is safe.
+
+    A non-idempotent tool is tried again only after an error that says its
+    request did not reach the other side; anything else may have landed."""
+    if isinstance(exc, (PermanentToolError, StateNotSerializableError)):
+        return False
+    if idempotent:
+        return True
+    return isinstance(exc, TransientToolError) and not exc.reached_target
+
+
+def retry_after(exc: BaseException) -> float | None:
+    return exc.retry_after if isinstance(exc, TransientToolError) else None

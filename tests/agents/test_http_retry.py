@@ -1,0 +1,63 @@
+"""How the built-in HTTP plumbing tells the retry policy what happened: status codes,
+Retry-After, and connections that were never made."""
+
+from datetime import datetime, timedelta, timezone
+from email.utils import format_datetime
+
+import httpx
+import pytest
+
+from builtin_agents.tools import http
+from builtin_agents.tools.llm import LLM_RETRY
+from runs.durable import PermanentToolError, TransientToolError
+from tests.support.processes import free_port
+
+
+def response(status, **headers):
+    return httpx.Response(status, headers=headers, request=httpx.Request("POST", "http://s/x"))
+
+
+@pytest.mark.parametrize("status", [408, 409, 425, 429, 500, 502, 503, 504, 507, 599])
+def test_408_409_425_429_and_every_5xx_are_transient(status):
+    with pytest.raises(http.TransientHTTPError) as caught:
+        http.check(response(status))
+    assert caught.value.status == status
+    assert caught.value.reached_target == (status != 429)  # a 429 turned the request away
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 410, 422])
+def test_any_other_4xx_is_permanent(status):
+    with pytest.raises(PermanentToolError):
+        http.check(response(status))
+
+
+def test_the_message_names_the_status():
+    with pytest.raises(http.TransientHTTPError, match=r"^HTTP 503 Service Unavailable from "):
+        http.check(response(503))
+
+
+def test_retry_after_in_seconds_or_as_an_http_date_is_passed_on():
+    with pytest.raises(http.TransientHTTPError) as seconds:
+        http.check(response(429, **{"Retry-After": "120"}))
+    assert seconds.value.retry_after == 120
+    later = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=90), usegmt=True)
+    with pytest.raises(http.TransientHTTPError) as date:
+        http.check(response(503, **{"Retry-After": later}))
+    assert 85 <= date.value.retry_after <= 90
+    for junk in ("soon", ""):
+        with pytest.raises(http.TransientHTTPError) as none:
+            http.check(response(503, **{"Retry-After": junk}))
+        assert none.value.retry_after is None
+
+
+def test_a_refused_connection_is_transient_and_never_reached_the_target():
+    with pytest.raises(TransientToolError) as caught:
+        http.request("POST", f"http://127.0.0.1:{free_port()}/x", json={})
+    assert caught.value.reached_target is False
+    assert "cannot connect" in str(caught.value)
+
+
+def test_the_built_in_tools_retry_for_an_hour_with_waits_up_to_30_s():
+    for policy in (http.HTTP_RETRY, LLM_RETRY):
+        assert policy.maximum_attempts is None
+        assert policy.maximum_elapsed == 3600 and policy.maximum_interval == 30

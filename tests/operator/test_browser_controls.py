@@ -1,0 +1,41 @@
+"""The operator pages in Chromium: Cancel asks before it acts (dismissed, nothing
+happens; accepted, the cancel is recorded), and the dashboard's filters line up."""
+
+import pytest
+
+from runs.models import AuditEntry, Run
+from tests.operator.conftest import launch
+from tests.web.conftest import screenshot
+
+pytestmark = [pytest.mark.services, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_cancel_asks_first_and_the_filters_line_up(operator_page, server, users):
+    page = operator_page
+    run = launch(users["alice"], steps=3)  # queued: a cancel takes effect at once
+    page.goto(f"{server.url}/ops/runs/{run.pk}/")
+    answers = []
+
+    def answer(dialog):
+        answers.append(dialog.message)
+        dialog.accept() if len(answers) > 1 else dialog.dismiss()
+
+    page.on("dialog", answer)
+    page.fill('#action-form input[name="reason"]', "not needed")
+    page.click('#action-form .danger-zone button[value="cancel"]')  # dismissed
+    assert answers and answers[0].startswith("Cancel this run?")
+    assert Run.objects.get(pk=run.pk).status == "queued"
+    assert not AuditEntry.objects.filter(run_id=run.pk).exists()
+    screenshot(page, "operator-run-controls")
+
+    page.click('#action-form .danger-zone button[value="cancel"]')  # accepted
+    page.wait_for_selector('#run-summary [data-status="cancelled"]')
+    assert list(AuditEntry.objects.filter(run_id=run.pk).values_list("action", "reason")) == [
+        ("cancel", "not needed")]
+
+    page.goto(f"{server.url}/ops/")
+    bottoms = page.eval_on_selector_all(
+        "#run-filters input:not([type=checkbox]), #run-filters select, #run-filters button",
+        "els => els.map(e => Math.round(e.getBoundingClientRect().bottom))")
+    screenshot(page, "operator-dashboard")
+    assert len(bottoms) >= 8 and len(set(bottoms)) == 1, bottoms

@@ -1,0 +1,37 @@
+"""SIGTERM to Daphne alone with pages open: every live socket is closed with the
+service-restart code (the page reconnects to the next server) and Daphne exits
+within seconds, though a browser also holds an idle keep-alive HTTP connection
+(which stops Daphne's own shutdown step before it reaches the sockets)."""
+
+import signal
+
+import httpx
+import pytest
+
+from runs import services
+from runs.live_shutdown import CLOSE_SERVICE_RESTART
+from tests.chaos.followers import login
+from tests.support.live_sockets import close_codes
+from tests.support.processes import Server
+
+pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+
+STOP_WITHIN_SECONDS = 3.0
+
+
+def test_sigterm_closes_open_sockets_with_the_restart_code(users, tmp_path):
+    run = services.run_launch(user=users["alice"], agent="ticker", inputs={"steps": 3})
+    server = Server(tmp_path)
+    try:
+        session = login(server.url, "alice", "alice-pass-1")
+        keep_alive = httpx.Client(base_url=server.url, cookies={"sessionid": session})
+        assert keep_alive.get("/").status_code == 200  # its connection stays open, idle
+        sockets = {f"/ws/runs/{run.pk}/": {"type": "hello", "after": 0},
+                   "/ws/runs/": {"type": "watch", "runs": {run.pk: 0}, "newest": run.pk}}
+        codes = close_codes(server.port, f"sessionid={session}", sockets,
+                            lambda: server.signal(signal.SIGTERM))
+        assert codes == [CLOSE_SERVICE_RESTART, CLOSE_SERVICE_RESTART]
+        server.proc.wait(STOP_WITHIN_SECONDS)  # TimeoutExpired: the stop waited for something
+        keep_alive.close()
+    finally:
+        server.stop()

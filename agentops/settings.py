@@ -1,15 +1,18 @@
 """Settings, read from the environment with safe local defaults.
 
-No variable set means: SQLite (WAL) in ./var, the django-q2 ORM broker, an
-in-process channel layer plus database polling for live pages. Production sets
-DATABASE_URL (PostgreSQL) and REDIS_URL (channels-redis) and a SECRET_KEY.
+No variable set means local mode: SQLite (WAL) in ./var, the django-q2 ORM broker, an
+in-process channel layer plus database polling for live pages, the sandbox mounted.
+Production sets DATABASE_URL (PostgreSQL), REDIS_URL (channels-redis), ALLOWED_HOSTS
+and a SECRET_KEY, which turns on the deployment defaults (docs/security.md).
 """
 
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("AGENTOPS_VAR_DIR", BASE_DIR / "var"))
@@ -34,8 +37,21 @@ def env_list(name, default=""):
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
+# --- local mode or a deployment (docs/security.md) ---------------------------------------
+# Local mode (bin/serve, bin/test, a laptop) is neither SECRET_KEY nor ALLOWED_HOSTS set:
+# only loopback host names are served, cookies travel over plain HTTP and the sandbox is
+# mounted. Either variable set means a deployment: a real SECRET_KEY is required, cookies
+# are Secure, HTTPS is enforced (redirect + HSTS) and the sandbox is off unless
+# AGENTOPS_SANDBOX=1. A deployment has to set ALLOWED_HOSTS to be reachable by its name.
+LOCAL = not os.environ.get("SECRET_KEY") and not os.environ.get("ALLOWED_HOSTS")
+LOCAL_SECRET_KEY = "insecure-local-only-key-set-SECRET_KEY-in-production"
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = os.environ.get("SECRET_KEY", "insecure-local-only-key-set-SECRET_KEY-in-production")
+SECRET_KEY = LOCAL_SECRET_KEY if LOCAL else os.environ.get("SECRET_KEY", "")
+if not LOCAL and (len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5
+                  or SECRET_KEY == LOCAL_SECRET_KEY or SECRET_KEY.startswith("django-insecure")):
+    raise ImproperlyConfigured(
+        "a deployment (ALLOWED_HOSTS or SECRET_KEY set) needs SECRET_KEY: a random value of "
+        "at least 50 characters, e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 
@@ -53,19 +69,24 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "django_q",
+    "csp",
+    "axes",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "runs.query_guard.RefuseNulMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "runs.middleware.DatabaseUnavailableMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: it turns a lockout into the login page
 ]
 
 ROOT_URLCONF = "agentops.urls"
@@ -240,6 +261,9 @@ AGENTOPS = {
     "FAULTS_DIR": os.environ.get("AGENTOPS_FAULTS_DIR", ""),
     "LIVE_POLL_SECONDS": env_float("AGENTOPS_LIVE_POLL", 0.5),
     "MAX_INPUT_BYTES": env_int("AGENTOPS_MAX_INPUT_BYTES", 256 * 1024),
+    # the sandbox app's URLs (the outside world of the built-in agents): local mode only,
+    # unless asked for; `manage.py sandbox reset|bump-generation` work either way
+    "SANDBOX": env_bool("AGENTOPS_SANDBOX", LOCAL),
     "SANDBOX_URL": os.environ.get("AGENTOPS_SANDBOX_URL", "http://127.0.0.1:8000/sandbox"),
     "LLM_BASE_URL": os.environ.get("AGENTOPS_LLM_BASE_URL", ""),
     "LLM_MODEL": os.environ.get("AGENTOPS_LLM_MODEL", "scripted"),
@@ -251,8 +275,15 @@ AGENTOPS = {
 }
 
 # --- auth, i18n, static -----------------------------------------------------
-AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+AUTH_PASSWORD_VALIDATORS = [  # OWASP ASVS 2.1.1 and 2.1.7: 12 characters, not a common one
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+     "OPTIONS": {"min_length": 12}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # refuses a locked-out login before the password
+    "django.contrib.auth.backends.ModelBackend",
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "runs:list"
@@ -262,6 +293,57 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+
+# --- security headers, cookies, login throttling (docs/security.md) ----------------------
+SECURE = not LOCAL
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", SECURE)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", SECURE)
+CSRF_COOKIE_HTTPONLY = True  # htmx sends the token from the page (hx-headers), not the cookie
+SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 12 * 3600)  # ASVS 3.3.2: 12 hours
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", SECURE)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 365 * 24 * 3600 if SECURE else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", SECURE)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+# Behind a TLS-terminating proxy: the header it sets and the value meaning HTTPS, e.g.
+# SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO,https. Only if the proxy always sets it.
+SECURE_PROXY_SSL_HEADER = tuple(env_list("SECURE_PROXY_SSL_HEADER")) or None
+if SECURE_PROXY_SSL_HEADER is not None and len(SECURE_PROXY_SSL_HEADER) != 2:
+    raise ImproperlyConfigured("SECURE_PROXY_SSL_HEADER is 'HEADER,value', "
+                               "e.g. HTTP_X_FORWARDED_PROTO,https")
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SILENCED_SYSTEM_CHECKS = [
+    # W021, SECURE_HSTS_PRELOAD: preloading puts the whole domain on the browsers' HTTPS-only
+    # list, a commitment only the domain's owner can make (SECURE_HSTS_PRELOAD=1 makes it).
+    *(["security.W021"] if not SECURE_HSTS_PRELOAD else []),
+]
+
+# No inline script or style, no eval (htmx: allowEval false, no indicator styles).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],   # data: for the favicon
+        "connect-src": ["'self'"],        # the live sockets (ws/wss on this origin)
+        "font-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
+
+# django-axes: AXES_FAILURE_LIMIT wrong passwords for one username from one address lock
+# that pair out for AXES_COOLOFF_TIME; the login page says so (runs/views/login.py). Keyed
+# on the pair so that nobody can lock a user out from everywhere.
+AXES_FAILURE_LIMIT = env_int("AGENTOPS_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("AGENTOPS_LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "runs.views.login.locked_out"
+AXES_VERBOSE = False
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]

@@ -88,9 +88,12 @@ class CheckpointAdmin(RunLinkMixin, ReadOnlyAdmin):
     exclude = ["blob"]
     readonly_fields = ["run_link", "state", "diff"]
 
+    class Media:
+        css = {"all": ["css/admin.css"]}
+
     @admin.display(description="state")
     def state(self, obj):
-        return format_html('<pre style="white-space:pre-wrap">{}</pre>', pretty(obj))
+        return format_html('<pre class="state-json">{}</pre>', pretty(obj))
 
     @admin.display(description="diff against the previous checkpoint")
     def diff(self, obj):
@@ -104,7 +107,7 @@ class CheckpointAdmin(RunLinkMixin, ReadOnlyAdmin):
         if not styled:
             return f"no change from checkpoint {previous.number}"
         return format_html('<pre>{}</pre>',
-                           format_html_join("\n", '<span style="{}">{}</span>',
+                           format_html_join("\n", '<span class="{}">{}</span>',
                                             [(style, line) for line, style in styled]))
 
 
@@ -127,10 +130,11 @@ def previous_checkpoint(checkpoint: Checkpoint) -> Checkpoint | None:
 
 
 def _diff_style(line: str) -> str:
+    """A class of static/css/admin.css (the CSP allows no style attribute)."""
     if line.startswith("+") and not line.startswith("+++"):
-        return "background:#e6ffec"
+        return "diff-added"
     if line.startswith("-") and not line.startswith("---"):
-        return "background:#ffebe9"
+        return "diff-removed"
     return ""
 
 

@@ -11,10 +11,11 @@ class RunsConfig(AppConfig):
 
         # Imported for their side effects: <run_id:...> for the URLconfs, and
         # the worker process hooks.
-        from runs import converters, signals  # noqa: F401
+        from runs import converters, live_access, signals  # noqa: F401
         from runs.agent_loader import load_agents
         from runs.operator.groups import ensure_operators_group
 
         # A flush (transactional tests) drops the group's permission; put it back.
         post_migrate.connect(ensure_operators_group, sender=self)
+        live_access.connect_signals()
         load_agents()

@@ -60,7 +60,7 @@ from channels.utils import await_many_dispatch
 from django.conf import settings
 from django.db import connections
 
-from runs import live_shutdown, selectors
+from runs import live_access, live_shutdown, selectors, untrusted
 from runs.db import DATABASE_FAULTS
 from runs.live import run_group
 
@@ -406,26 +406,31 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.close_for_restart()
             return
         live_shutdown.opened(self)  # a stopping Daphne closes it with 4012
+        # logout, a password change, ... close the socket (runs/live_access.py)
+        self.user_id = user.pk
+        self.session_key = getattr(self.scope.get("session"), "session_key", None)
+        live_access.watcher().add(self)
         await self.started()
         self.pump_task = asyncio.ensure_future(self._pump())
 
     async def disconnect(self, code):
         if getattr(self, "pump_task", None) is not None:
             self.pump_task.cancel()
+            live_access.watcher().remove(self)
         self.open = False
         live_shutdown.closed(self)
         self.stopped()
+
+    async def may_view(self, user) -> bool:
+        """Whether `user` may have this socket: checked at connect and again whenever
+        the user's access changes."""
+        return True
 
     async def receive(self, text_data=None, bytes_data=None):
         try:
             if text_data is None:
                 raise ProtocolError("bad_frame", "binary frames are not supported; send JSON text")
-            if len(text_data) > MAX_FRAME:
-                raise ProtocolError("too_large", f"messages are limited to {MAX_FRAME} bytes")
-            try:
-                message = json.loads(text_data)
-            except ValueError:
-                raise ProtocolError("bad_json", "the message is not valid JSON") from None
+            message = _parse_message(text_data)
             if not isinstance(message, dict) or not isinstance(message.get("type"), str):
                 raise ProtocolError("bad_message", 'a message is a JSON object with a "type"')
             handler = self.handlers().get(message["type"])
@@ -493,9 +498,19 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def pump(self) -> None: ...
 
 
+def _parse_message(text: str):
+    try:
+        return untrusted.parse_json(text, max_bytes=MAX_FRAME)
+    except untrusted.TooLargeError:
+        raise ProtocolError("too_large", f"messages are limited to {MAX_FRAME} bytes") from None
+    except untrusted.UntrustedInputError as exc:
+        raise ProtocolError("bad_json", f"the message is {exc}"
+                            if isinstance(exc, untrusted.NotJSONError) else str(exc)) from None
+
+
 def _after(message: dict) -> int:
     after = message.get("after", 0)
-    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+    if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 2**63:
         raise ProtocolError("bad_field", '"after" must be a whole number >= 0 '
                                          "(the last event seq the client has)")
     return after
@@ -513,6 +528,9 @@ class RunConsumer(LiveConsumer):
         self.from_db = False
         self.welcome_due = False
         self.stall_sent: object = UNKNOWN
+        return await self.may_view(user)
+
+    async def may_view(self, user) -> bool:
         return await database_sync_to_async(selectors.run_visible)(user, self.run_id)
 
     async def started(self):
@@ -592,11 +610,11 @@ class RunListConsumer(LiveConsumer):
         runs = message.get("runs", {})
         newest = message.get("newest")
         if (not isinstance(runs, dict) or len(runs) > MAX_WATCH
-                or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
-                           for k, v in runs.items())):
+                or not all(untrusted.is_run_id(k) and isinstance(v, int)
+                           and not isinstance(v, bool) for k, v in runs.items())):
             raise ProtocolError("bad_field", f'"runs" must map up to {MAX_WATCH} run ids to '
                                              "the event seq shown")
-        if newest is not None and not isinstance(newest, str):
+        if newest is not None and not untrusted.is_run_id(newest):
             raise ProtocolError("bad_field", '"newest" must be a run id or null')
         shown = message.get("stalled") or {}
         if not isinstance(shown, dict):

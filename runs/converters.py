@@ -1,6 +1,8 @@
 """URL converters for agentops' own identifiers."""
 from django.urls import register_converter
 
+from runs.untrusted import RUN_ID
+
 
 class RunIdConverter:
     """A run ID: 1-32 URL-safe characters (the engine mints uuid4 hex).
@@ -10,7 +12,7 @@ class RunIdConverter:
     parameter with an error, not an empty result.
     """
 
-    regex = r"[0-9A-Za-z_-]{1,32}"
+    regex = RUN_ID.pattern
 
     def to_python(self, value):
         return value

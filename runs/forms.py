@@ -10,23 +10,32 @@ from __future__ import annotations
 import json
 
 from django import forms
+from django.conf import settings
+
+from runs.untrusted import UntrustedInputError, parse_json
 
 MAX_TEXT_INPUT = 200
 VALUE_FIELD = "value"
 
 
 class JSONTextField(forms.CharField):
-    """Arrays, objects and untyped values: typed as JSON text."""
+    """Arrays, objects and untyped values: typed as JSON text, parsed and checked by
+    runs/untrusted.py (size, depth, NUL, lone surrogates, non-finite numbers)."""
 
     widget = forms.Textarea
+    wrong_kind = "expected a JSON {kind}"
 
-    def __init__(self, *, expected: str | None = None, **kwargs):
+    def __init__(self, *, expected: str | None = None, max_bytes: int | None = None, **kwargs):
         self.expected = expected
+        self.max_bytes = max_bytes
         super().__init__(**kwargs)
+
+    def widget_attrs(self, widget):
+        return {**super().widget_attrs(widget), "data-json": "true"}
 
     def prepare_value(self, value):
         if isinstance(value, (dict, list)):
-            return json.dumps(value, indent=2)
+            return json.dumps(value, indent=2, ensure_ascii=False)
         return value
 
     def to_python(self, value):
@@ -34,13 +43,21 @@ class JSONTextField(forms.CharField):
         if value in self.empty_values:
             return None
         try:
-            parsed = json.loads(value)
-        except ValueError as exc:
-            raise forms.ValidationError(f"not valid JSON: {exc.msg} (line {exc.lineno})") from None
+            parsed = parse_json(value, max_bytes=self.max_bytes
+                                or settings.AGENTOPS["MAX_INPUT_BYTES"])
+        except UntrustedInputError as exc:
+            raise forms.ValidationError(self.message(str(exc))) from None
         kinds = {"array": list, "object": dict}
         if self.expected in kinds and not isinstance(parsed, kinds[self.expected]):
-            raise forms.ValidationError(f"expected a JSON {self.expected}")
+            raise forms.ValidationError(self.wrong_kind.format(kind=self.expected))
         return parsed
+
+    def message(self, problem: str) -> str:
+        return problem
+
+    def validate(self, value):
+        if value is None and self.required:  # {} and [] are values, not "empty"
+            raise forms.ValidationError(self.error_messages["required"], code="required")
 
 
 def _label(name: str, prop: dict) -> str:

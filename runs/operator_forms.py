@@ -3,12 +3,12 @@ action is an audit entry, and the reason is what the next person reads."""
 
 from __future__ import annotations
 
-import json
-
 from django import forms
 
 from runs.durable import registry
 from runs.durable.records import STATUSES
+from runs.forms import JSONTextField
+from runs.untrusted import is_run_id
 
 MAX_BULK = 500
 MAX_JSON_BYTES = 1024 * 1024
@@ -89,36 +89,20 @@ class RollbackForm(ReasonForm):
         return self.cleaned_data["then"] == "resume"
 
 
-class JSONField(forms.CharField):
-    widget = forms.Textarea
+class JSONField(JSONTextField):
+    """JSON typed by an operator: sentences for messages, up to MAX_JSON_BYTES."""
+
+    wrong_kind = "The state must be a JSON {kind} ({{...}})."
 
     def __init__(self, *, object_only=False, **kwargs):
-        self.object_only = object_only
-        super().__init__(**kwargs)
+        super().__init__(expected="object" if object_only else None, max_bytes=MAX_JSON_BYTES,
+                         **kwargs)
 
-    def to_python(self, value):
-        text = super().to_python(value)
-        if text in ("", None):
-            return None
-        if len(text.encode()) > MAX_JSON_BYTES:
-            raise forms.ValidationError(f"Too large: at most {MAX_JSON_BYTES} bytes.")
-        try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"Not valid JSON: {exc.msg} at line {exc.lineno}, "
-                                        f"column {exc.colno}.") from None
-        if self.object_only and not isinstance(parsed, dict):
-            raise forms.ValidationError("The state must be a JSON object ({...}).")
-        return parsed
-
-    def validate(self, value):
-        if value is None and self.required:  # {} and [] are values, not "empty"
-            raise forms.ValidationError(self.error_messages["required"], code="required")
+    def message(self, problem: str) -> str:
+        return f"{problem[:1].upper()}{problem[1:]}."
 
     def prepare_value(self, value):
-        if isinstance(value, str):
-            return value
-        return json.dumps(value, indent=2, ensure_ascii=False)
+        return value if isinstance(value, str) else super().prepare_value(value)
 
 
 class ResolveForm(ReasonForm):
@@ -155,4 +139,6 @@ class BulkActionForm(ReasonForm):
         ids = self.cleaned_data["run"]
         if len(ids) > MAX_BULK:
             raise forms.ValidationError(f"At most {MAX_BULK} runs at once.")
+        if not all(is_run_id(run_id) for run_id in ids):
+            raise forms.ValidationError("Run ids are 1-32 letters, digits, '-' or '_'.")
         return ids

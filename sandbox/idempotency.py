@@ -11,16 +11,18 @@ the request that lost its claim cannot write a record afterwards.
 """
 
 import hashlib
-import json
 import os
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
+
+from runs.untrusted import UntrustedInputError, parse_json_bytes
 
 from .dataset import canonical_json
 from .errors import (
@@ -55,9 +57,9 @@ def body_digest(payload: dict) -> str:
 
 def parse_payload(raw: bytes) -> dict:
     try:
-        payload = json.loads(raw or b"")
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InvalidBody(f"the body is not valid JSON: {exc}") from exc
+        payload = parse_json_bytes(raw or b"", max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    except UntrustedInputError as exc:
+        raise InvalidBody(f"the body is {exc}") from exc
     if not isinstance(payload, dict):
         raise InvalidBody("the body must be a JSON object")
     return payload

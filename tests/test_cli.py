@@ -31,11 +31,19 @@ def nothing_written():
 
 @pytest.mark.parametrize("args,message", [
     (["launch", "no-such-agent"], "unknown agent 'no-such-agent'"),
-    (["launch", "ticker", "--input", "{not json"], "--input is not valid JSON"),
+    (["launch", "ticker", "--input", "{not json"], "--input: not valid JSON"),
     (["launch", "ticker", "--input", "[1, 2]"], "inputs must be a JSON object"),
     (["launch", "ticker", "--input", '{"steps": "many"}'], "'many' is not of type 'integer'"),
     (["launch", "ticker", "--input", '{"steps": 0}'], "0 is less than the minimum of 1"),
     (["launch", "ticker", "--user", "nobody"], "no user named 'nobody'"),
+    # the hostile classes (runs/untrusted.py), each refused before the engine or a query
+    (["launch", "ticker", "--input", '{"steps": 3, "n": "a\\u0000"}'], "NUL character"),
+    (["launch", "ticker", "--input", '{"n": "\\ud800"}'], "lone surrogate"),
+    (["launch", "ticker", "--input", '{"steps": Infinity}'], "not a JSON number"),
+    (["launch", "ticker", "--input", '{"steps": 1e999}'], "out of range"),
+    (["launch", "ticker", "--input", "[" * 100_000 + "]" * 100_000], "nested too deeply"),
+    (["launch", "ticker", "--user", "bob\udcff"], "lone surrogate"),  # argv's surrogateescape
+    (["show", "0123456789\x00"], "NUL character"),
 ])
 def test_bad_launches_are_refused_and_write_nothing(args, message):
     with pytest.raises(CommandError, match=message):

@@ -21,6 +21,7 @@ from runs.operator_forms import (
     RollbackForm,
     RunActionForm,
 )
+from runs.untrusted import is_clean
 
 SIMPLE_ACTIONS = {
     "pause": (services.run_pause, {}, "Pause requested: the run stops at its next effect boundary."),
@@ -169,7 +170,9 @@ def _back(request) -> str:
     from django.utils.http import url_has_allowed_host_and_scheme
 
     target = request.POST.get("next", "")
-    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+    # a path on this host only: a bare word would be taken for a URL pattern's name
+    if (target.startswith("/") and is_clean(target)
+            and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()})):
         return target
     return reverse("operator:dashboard")
 

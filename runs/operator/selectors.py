@@ -17,6 +17,7 @@ from django.utils import timezone
 from runs import retention, stalls
 from runs.durable import records as r
 from runs.models import AuditEntry, Checkpoint, Effect, Run, RunEvent, WorkerHeartbeat
+from runs.untrusted import is_run_id
 
 PAGE_SIZE = 50
 SORT_FIELDS = {"-created": "created_at", "created": "created_at"}
@@ -108,6 +109,8 @@ def decode_cursor(cursor: str | None):
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         value, run_id = raw.split("|", 1)
+        if not is_run_id(run_id):
+            return None
         return datetime.fromisoformat(value), run_id
     except (ValueError, UnicodeDecodeError):
         return None  # a mangled cursor: the first page

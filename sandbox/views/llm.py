@@ -1,13 +1,15 @@
 """The scripted model behind an OpenAI-compatible chat completions endpoint."""
 
 import hmac
-import json
 import os
 import time
 
+from django.conf import settings
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
+
+from runs.untrusted import UntrustedInputError, parse_json_bytes
 
 from ..openai_wire import ChatRequestError, parse_request
 from ..scripted_llm import complete
@@ -41,8 +43,9 @@ def chat_completions(request):
     if (denied := _auth_error(request)) is not None:
         return denied
     try:
-        body = json.loads(request.body or b"")
-    except (UnicodeDecodeError, ValueError):
+        body = parse_json_bytes(request.body or b"",
+                                max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    except UntrustedInputError:
         error = ChatRequestError("We could not parse the JSON body of your request.")
         return JsonResponse(error.as_body(), status=400)
     try:

@@ -157,3 +157,59 @@ def test_another_users_run_and_anonymous_sockets_are_refused(users, finished_run
     connections.close_all()
     assert bob == (False, consumers.CLOSE_NOT_FOUND)
     assert anonymous == (False, consumers.CLOSE_UNAUTHENTICATED)
+
+
+def _hostile_messages(consumer_class) -> list[str]:
+    """For every message type the consumer handles, every field any handler reads,
+    each of the hostile classes (as JSON text, so nothing is escaped on the way)."""
+    from tests.fuzz.test_every_endpoint import JSON_HOSTILE
+
+    types = sorted(consumer_class().handlers())
+    sent = ['{"type": "\\u0000"}', '{"type": "\\ud800"}']
+    for kind in types:
+        for name in ("after", "runs", "newest", "type"):
+            sent += [f'{{"type": "{kind}", "{name}": {value}}}' for value in JSON_HOSTILE.values()]
+        sent.append(f'{{"type": "{kind}", "runs": {{"x\\u0000": 1}}, "newest": "a\\u0000"}}')
+        if kind in ("hello", "resume"):  # beyond PostgreSQL's bigint
+            sent.append(f'{{"type": "{kind}", "after": {2**63}}}')
+    return [text for text in sent if "watch" not in text or "watch" in types]
+
+
+@pytest.mark.parametrize("route", consumers_routes := [
+    (pattern.pattern.describe(), pattern.callback.consumer_class)
+    for pattern in __import__("runs.routing", fromlist=["x"]).websocket_urlpatterns])
+def test_every_message_type_refuses_hostile_input_and_keeps_serving(users, finished_run,
+                                                                     route):
+    """Depth, NUL, lone surrogates, non-finite numbers: each an error message (before:
+    a RecursionError or a DataError closed the socket with 1011), then a ping still
+    gets its pong."""
+    _, consumer_class = route
+    path = (f"/ws/runs/{finished_run.id}/" if consumer_class is consumers.RunConsumer
+            else "/ws/runs/")
+    cookie = session_cookie(users["alice"])
+    before = snapshot()
+
+    async def scenario():
+        problems = []
+        sent = _hostile_messages(consumer_class)
+        chunk = consumers.MAX_ERRORS - 1  # below the count that closes the socket
+        for start in range(0, len(sent), chunk):
+            communicator, connected, _ = await _open(path, cookie)
+            assert connected
+            try:
+                for text in sent[start:start + chunk]:
+                    await communicator.send_to(text_data=text)
+                    reply = json.loads(await communicator.receive_from(timeout=5))
+                    if reply.get("type") != "error" or not reply.get("error"):
+                        problems.append((text[:60], reply))
+                    await communicator.send_json_to({"type": "ping"})
+                    if await communicator.receive_json_from(timeout=5) != {"type": "pong"}:
+                        problems.append((text[:60], "no pong after it"))
+            finally:
+                await communicator.disconnect(timeout=2)
+        return problems
+
+    problems = async_to_sync(scenario)()
+    connections.close_all()
+    assert not problems
+    assert snapshot() == before

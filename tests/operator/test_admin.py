@@ -61,7 +61,7 @@ def test_checkpoint_state_pretty_and_diffed(root, run):
     third = Checkpoint.objects.get(run=run, number=3)
     page = root.get(f"/admin/runs/checkpoint/{third.pk}/change/").content.decode()
     assert "&quot;total&quot;: 1" in page  # pretty JSON
-    assert "checkpoint 2" in page and "background:#e6ffec" in page  # diff against #2
+    assert "checkpoint 2" in page and 'class="diff-added"' in page  # diff against #2
     fork = Checkpoint.objects.get(run=run, reason="rollback")
     page = root.get(f"/admin/runs/checkpoint/{fork.pk}/change/").content.decode()
     assert "no change from checkpoint 2" in page  # diffed against what it forked from

@@ -4,10 +4,11 @@ import json
 import sys
 import time
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from runs import services
+from runs import services, untrusted
 from runs.config import worker_config
 from runs.durable import DurableError, Outcome, execute_run
 from runs.durable.records import FINAL_STATUSES, NEEDS_ATTENTION, SUCCEEDED
@@ -38,6 +39,12 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         self.as_json = opts["json"]
+        try:
+            for name, value in opts.items():  # argv may carry lone surrogates (surrogateescape)
+                if isinstance(value, str):
+                    untrusted.check_text(value, f"--{name.replace('_', '-')}")
+        except untrusted.UntrustedInputError as exc:
+            raise CommandError(str(exc)) from None
         try:
             return getattr(self, f"do_{opts['subcommand'].replace('-', '_')}")(opts)
         except DurableError as exc:
@@ -317,9 +324,9 @@ def _ended(run) -> bool:
 
 def _json_arg(text, name):
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CommandError(f"{name} is not valid JSON: {exc}") from None
+        return untrusted.parse_json(text, max_bytes=settings.AGENTOPS["MAX_INPUT_BYTES"])
+    except untrusted.UntrustedInputError as exc:
+        raise CommandError(f"{name}: {exc}") from None
 
 
 def _get(run_id) -> Run:

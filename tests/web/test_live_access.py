@@ -1,0 +1,135 @@
+"""An open live socket follows its user's access (runs/live_access.py): logging out, a
+password change, a deactivation and a lost operator permission close it at once, and
+the reconnect is refused. Other users' and other sessions' sockets stay open.
+
+Through the real ASGI stack; the logout and the admin's changes go through Django's
+views and models in a thread, as under Daphne.
+"""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import Group
+from django.test import Client
+
+from agentops.asgi import application
+from runs import consumers, live_access, services
+from runs.operator.groups import ensure_operators_group
+from tests.web.conftest import drive
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+
+def logged_in(username: str, password: str) -> Client:
+    client = Client()  # through the login page: a real session, with its hash
+    response = client.post("/login/", {"username": username, "password": password})
+    assert response.status_code == 302, response.status_code
+    return client
+
+
+async def open_socket(path: str, client: Client):
+    headers = [(b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1"),
+               (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())]
+    communicator = WebsocketCommunicator(application, path, headers=headers)
+    connected, code = await communicator.connect(timeout=5)
+    return communicator, connected, code
+
+
+async def open_run_socket(run_id: str, client: Client) -> WebsocketCommunicator:
+    communicator, connected, code = await open_socket(f"/ws/runs/{run_id}/", client)
+    assert connected, code
+    await communicator.send_json_to({"type": "hello", "after": 0})
+    assert (await communicator.receive_json_from(timeout=5))["type"] == "welcome"
+    while not await communicator.receive_nothing(timeout=0.2):  # the catch-up events
+        await communicator.receive_from(timeout=5)
+    return communicator
+
+
+async def closed_with(communicator) -> int | None:
+    output = await communicator.receive_output(timeout=5)
+    return output.get("code") if output["type"] == "websocket.close" else None
+
+
+async def still_open(communicator) -> bool:
+    await communicator.send_json_to({"type": "ping"})
+    return await communicator.receive_json_from(timeout=5) == {"type": "pong"}
+
+
+@pytest.fixture
+def alices_run(users):
+    run = services.run_launch(user=users["alice"], agent="ticker",
+                              inputs={"steps": 2, "delay": 0})
+    return drive(run.pk)
+
+
+async def test_logout_closes_the_open_socket_of_that_session(alices_run):
+    alice = await sync_to_async(logged_in)("alice", "alice-pass-1")
+    elsewhere = await sync_to_async(logged_in)("alice", "alice-pass-1")  # another browser
+    socket = await open_run_socket(alices_run.pk, alice)
+    other = await open_run_socket(alices_run.pk, elsewhere)
+
+    response = await sync_to_async(alice.post)("/logout/")
+    assert response.status_code == 302
+
+    assert await closed_with(socket) == live_access.CLOSE_ACCESS_CHANGED
+    _, connected, code = await open_socket(f"/ws/runs/{alices_run.pk}/", alice)
+    assert (connected, code) == (False, consumers.CLOSE_UNAUTHENTICATED)
+    assert await still_open(other), "another session of alice's was closed"
+    await other.disconnect()
+
+
+async def test_a_password_change_and_a_deactivation_close_the_users_sockets(users, alices_run):
+    alice = await sync_to_async(logged_in)("alice", "alice-pass-1")
+    bob = await sync_to_async(logged_in)("bob", "bob-pass-1")
+    run_socket = await open_run_socket(alices_run.pk, alice)
+    list_socket, connected, _ = await open_socket("/ws/runs/", alice)
+    bobs_socket, bob_connected, _ = await open_socket("/ws/runs/", bob)
+    assert connected and bob_connected
+
+    def change_password():
+        user = type(users["alice"]).objects.get(username="alice")
+        user.set_password("a-new-password-2")
+        user.save()
+
+    await sync_to_async(change_password)()
+    assert await closed_with(run_socket) == live_access.CLOSE_ACCESS_CHANGED
+    assert await closed_with(list_socket) == live_access.CLOSE_ACCESS_CHANGED
+    assert await still_open(bobs_socket)
+
+    bob_again = await open_run_socket_for_list(bob)
+    await sync_to_async(type(users["bob"]).objects.filter(username="bob").update)(
+        is_active=False)  # a queryset update sends no signal: the recheck must find it
+    await sync_to_async(live_access.access_changed)(users=[users["bob"].pk])
+    assert await closed_with(bob_again) == live_access.CLOSE_ACCESS_CHANGED
+    assert await closed_with(bobs_socket) == live_access.CLOSE_ACCESS_CHANGED
+    _, connected, code = await open_socket("/ws/runs/", bob)
+    assert (connected, code) == (False, consumers.CLOSE_UNAUTHENTICATED)
+
+
+async def open_run_socket_for_list(client):
+    communicator, connected, code = await open_socket("/ws/runs/", client)
+    assert connected, code
+    return communicator
+
+
+async def test_an_operator_who_loses_the_permission_loses_the_operator_views(users,
+                                                                             alices_run):
+    await sync_to_async(ensure_operators_group)()
+    charlie = await sync_to_async(logged_in)("charlie", "charlie-pass-1")
+    socket = await open_run_socket(alices_run.pk, charlie)  # alice's run: only as an operator
+    own_list, connected, _ = await open_socket("/ws/runs/", charlie)
+    assert connected
+    assert (await sync_to_async(charlie.get)("/ops/")).status_code == 200
+
+    def leave_operators():  # as the admin does it: the user's groups change
+        users["charlie"].groups.remove(Group.objects.get(name="Operators"))
+
+    await sync_to_async(leave_operators)()
+    assert await closed_with(socket) == live_access.CLOSE_ACCESS_CHANGED
+    _, connected, code = await open_socket(f"/ws/runs/{alices_run.pk}/", charlie)
+    assert (connected, code) == (False, consumers.CLOSE_NOT_FOUND)
+    assert (await sync_to_async(charlie.get)("/ops/")).status_code in (302, 403)
+    assert await still_open(own_list), "his own run list needs no permission"
+    await own_list.disconnect()

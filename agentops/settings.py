@@ -110,7 +110,7 @@ TEMPLATES = [
 
 # --- database -------------------------------------------------------------
 # The qcluster process forks its workers, and forked children must not share a
-# connection pool (STACK-NOTES), so the pool is only switched on for web
+# connection pool (seen: lost results and hung shutdowns), so the pool is only switched on for web
 # processes (AGENTOPS_DB_POOL=1 in the Procfile's web line). Each qcluster worker
 # process makes a pool of its own after the fork (runs/db.py).
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
@@ -188,7 +188,7 @@ else:
 
 # --- django-q2 --------------------------------------------------------------
 # The ORM broker: with the Redis broker a SIGKILLed worker's task is lost
-# (STACK-NOTES). The run's lease, not the broker, decides who runs a run, so a
+# (seen on this stack). The run's lease, not the broker, decides who runs a run, so a
 # re-delivered task is harmless. timeout < retry, or django-q2 re-delivers
 # running tasks; runs yield after AGENTOPS_TIME_SLICE seconds, far below both.
 # Worker processes: one per core (at least two). Concurrency for I/O comes from the

@@ -4,7 +4,7 @@ A thread of Django has a connection of its own; with hundreds of runs a process
 that would be hundreds of PostgreSQL connections (max_connections is 100 by
 default), most of them idle while tools wait on the network. Instead each
 worker process gets a small psycopg pool, created after the fork (a pool
-inherited across fork is shared by parent and child: STACK-NOTES), and a run's
+inherited across fork is shared by parent and child), and a run's
 thread holds a connection only while it talks to the database: the store is
 wrapped so that every call hands the connection back to the pool.
 

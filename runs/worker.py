@@ -1,6 +1,6 @@
 """The django-q2 task that executes runs, and the worker process's shutdown hand-off.
 
-Deploys signal workers in two ways (STACK-NOTES): SIGTERM to qcluster's main
+Deploys signal workers in two ways: SIGTERM to qcluster's main
 process only (our qcluster forwards SIGUSR1 to the workers), or SIGTERM to the
 whole process group (each worker gets it directly). Either way the worker's
 handler sets STOP; every run the process holds stops at its next effect

@@ -1,6 +1,6 @@
 """agentops' durable execution engine. Framework-free: it imports nothing from Django.
 
-Public API (DESIGN.md): agent, Agent, Done, tool, Retry, RunContext and the errors
+Public API (docs/ARCHITECTURE.md): agent, Agent, Done, tool, Retry, RunContext and the errors
 (docs/retries.md: retry policies, TransientToolError and PermanentToolError).
 """
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-# Run statuses (DESIGN.md)
+# Run statuses (docs/ARCHITECTURE.md)
 QUEUED = "queued"
 RUNNING = "running"
 PAUSED = "paused"

@@ -1,4 +1,4 @@
-"""The store contract: the engine's semantics (DESIGN.md, "Semantics 1-9"), on any Store.
+"""The store contract: the engine's semantics (docs/ARCHITECTURE.md, invariants 1-9) on any Store.
 
 Every store runs this same suite by subclassing `StoreContract` and providing
 three fixtures:

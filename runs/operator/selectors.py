@@ -206,7 +206,7 @@ def workers_overview(now: datetime | None = None) -> dict:
     now = now or timezone.now()
     lease = timedelta(seconds=settings.AGENTOPS["LEASE_SECONDS"])
     held = (Run.objects.filter(lease_owner__isnull=False)
-            .only("id", "agent", "status", "lease_owner", "lease_expires_at", "step_no")
+            .only("id", "agent", "status", "lease_owner", "lease_expires_at", "step_no", "event_seq")
             .order_by("lease_owner", "id"))
     processes: dict[str, WorkerProcess] = {}
     for run in held:

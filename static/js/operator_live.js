@@ -42,14 +42,17 @@
     });
   }
 
-  let everLive = false;
+  let opened = 0;   // connections opened: after the first, catch up what was missed
+  let catchUp = false;
   const socket = new LiveSocket("/ws/operator/", {
-    onOpen(live) { live.send({type: "watch", runs: shown(), all: everything}); },
+    onOpen(live) {
+      catchUp = opened++ > 0;
+      live.send({type: "watch", runs: shown(), all: everything});
+    },
     onMessage(message) {
       if (message.type === "watching") {
         state.live = true;
-        if (everLive) refresh("live");   // back after a drop: catch up what was missed
-        everLive = true;
+        if (catchUp) { catchUp = false; refresh("live"); }
       }
       if (message.type === "changed") refresh("live");
     },

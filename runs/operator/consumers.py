@@ -78,6 +78,7 @@ class Activity:
         self.subscribers: set = set()
         self.task: asyncio.Task | None = None
         self.wake = asyncio.Event()
+        self.ready = asyncio.Event()  # the first fingerprint is read: changes count from here
 
     def subscribe(self, consumer) -> None:
         self.subscribers.add(consumer)
@@ -89,6 +90,7 @@ class Activity:
         if not self.subscribers and self.task is not None:
             self.task.cancel()
             self.task = None
+            self.ready = asyncio.Event()
 
     def _changed(self) -> None:
         for consumer in list(self.subscribers):
@@ -107,17 +109,18 @@ class Activity:
                     listener = self.loop.create_task(self._listen(layer, channel))
             seen = UNKNOWN
             while self.subscribers:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), timeout=ACTIVITY_POLL_SECONDS)
-                self.wake.clear()
                 try:
                     now = await read()
                 except Exception:  # the database hiccuped: the next turn reads again
                     logger.warning("operator activity read failed", exc_info=True)
-                    continue
-                if seen is not UNKNOWN and now != seen:
-                    self._changed()
-                seen = now
+                else:
+                    if seen is not UNKNOWN and now != seen:
+                        self._changed()
+                    seen = now
+                    self.ready.set()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), timeout=ACTIVITY_POLL_SECONDS)
+                self.wake.clear()
         finally:
             if listener is not None:
                 listener.cancel()
@@ -207,6 +210,10 @@ class OperatorConsumer(LiveConsumer):
         if everything != self.everything:
             (activity().subscribe if everything else activity().unsubscribe)(self)
         self.everything = everything
+        if everything:  # "watching" means: any change from now on is told (the page
+            # refreshes once on it to cover the moment between its render and now)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(activity().ready.wait(), timeout=ACTIVITY_POLL_SECONDS)
         await self.send_json({"type": "watching", "runs": sorted(exist)})
         self.wake.set()
 

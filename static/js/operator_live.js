@@ -42,11 +42,13 @@
     });
   }
 
-  let opened = 0;   // connections opened: after the first, catch up what was missed
+  // Once watching, refresh to catch up what changed while the socket was down, or, on
+  // a page that depends on every run, between its render and the server's first look.
+  let opened = 0;
   let catchUp = false;
   const socket = new LiveSocket("/ws/operator/", {
     onOpen(live) {
-      catchUp = opened++ > 0;
+      catchUp = opened++ > 0 || everything;
       live.send({type: "watch", runs: shown(), all: everything});
     },
     onMessage(message) {

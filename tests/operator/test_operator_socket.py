@@ -71,3 +71,15 @@ async def test_a_bad_watch_is_a_clear_error_and_the_socket_stays(users):
     await comm.send_json_to({"type": "ping"})
     assert await comm.receive_json_from(timeout=5) == {"type": "pong"}
     await comm.disconnect()
+
+
+async def test_a_page_that_watches_all_runs_is_told_of_a_run_it_does_not_list(users):
+    await launched(users)
+    comm = communicator(users["charlie"], PATH)
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"type": "watch", "runs": {}, "all": True})
+    assert await comm.receive_json_from(timeout=5) == {"type": "watching", "runs": []}
+    await launched(users)  # a new run: the dashboard's first page and the queues change
+    message = await comm.receive_json_from(timeout=15)
+    assert message == {"type": "changed", "runs": [], "all": True}
+    await comm.disconnect()

@@ -7,7 +7,8 @@ import re
 import pytest
 
 from runs import services
-from tests.operator.conftest import launch
+from runs.durable import Outcome
+from tests.operator.conftest import drive, launch
 from tests.web.conftest import screenshot
 
 pytestmark = [pytest.mark.services, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -37,7 +38,8 @@ def row_status(page, run_id, status):
 
 def test_the_dashboard_and_a_run_page_update_over_the_websocket(operator_page, server, users):
     page = operator_page
-    run, other = launch(users["alice"], steps=3), launch(users["alice"], steps=3)
+    run, other = launch(users["alice"], steps=3), launch(users["alice"], steps=4)
+    assert drive(other.pk) == Outcome.SUCCEEDED  # checkpoints and effects to show
     seen = partial_requests(page)
     page.goto(f"{server.url}/ops/")
     page.wait_for_selector('#live-indicator[data-state="live"]')
@@ -50,17 +52,19 @@ def test_the_dashboard_and_a_run_page_update_over_the_websocket(operator_page, s
     page.wait_for_function("window.opsLive.ticks >= 4")
     assert page.evaluate("window.opsLive.polls") == 0
     assert seen and set(seen) == {"live"}, seen
-    screenshot(page, "operator-dashboard")
+    screenshot(page, "ops-dashboard")
 
     seen.clear()
     page.goto(f"{server.url}/ops/runs/{other.pk}/")
     page.wait_for_selector('#live-indicator[data-state="live"]')
-    services.run_pause(run_id=other.pk, user=users["charlie"], reason="a look at its state")
+    services.run_rollback(run_id=other.pk, checkpoint=2, user=users["charlie"],
+                          reason="again from checkpoint 2", resume=False)
     page.wait_for_selector('#run-summary [data-status="paused"]')
-    page.wait_for_selector('#audit li:has-text("a look at its state")')
+    page.wait_for_selector('#run-branch:has-text("2")')
+    page.wait_for_selector('#audit li:has-text("again from checkpoint 2")')
     page.wait_for_function("window.opsLive.ticks >= 4")
     assert set(seen) == {"live"}, seen
-    screenshot(page, "operator-run")
+    screenshot(page, "ops-run")
 
 
 def test_with_the_websocket_blocked_the_fallback_poll_updates_the_row(operator_page, server,

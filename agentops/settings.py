@@ -218,6 +218,13 @@ AGENTOPS = {
     "WORKER_TASK_SECONDS": env_float("AGENTOPS_WORKER_TASK_SECONDS", 300.0),
     # how long a stopping qcluster waits for its processes before killing them
     "SHUTDOWN_GRACE_SECONDS": env_float("AGENTOPS_SHUTDOWN_GRACE", 20.0),
+    # The self-healing worker tree (runs/cluster/, docs/workers.md): how long work may
+    # wait while every worker is idle before the sentinel replaces its generation; how
+    # long the sentinel's guard loop and the qcluster main may stay silent before the
+    # process above them replaces them.
+    "WATCHDOG_SECONDS": env_float("AGENTOPS_WATCHDOG_SECONDS", 3.0),
+    "SENTINEL_STALE_SECONDS": env_float("AGENTOPS_SENTINEL_STALE", 10.0),
+    "MAIN_STALE_SECONDS": env_float("AGENTOPS_MAIN_STALE", 30.0),
     # checkpoint retention: the latest N per branch of ended runs, after a grace period
     "RETENTION_KEEP_PER_BRANCH": env_int("AGENTOPS_RETENTION_KEEP", 3),
     "RETENTION_GRACE_HOURS": env_float("AGENTOPS_RETENTION_GRACE_HOURS", 24.0),

@@ -9,26 +9,39 @@ import time
 
 import httpx
 
-from runs.durable import Agent, Done, agent, tool
+from runs.durable import Agent, Done, Retry, TransientToolError, agent, tool
+
+# As a real agent would: the outside world may be away for minutes (a deploy of the
+# target, tests/chaos's sandbox_outage); waits past a second are durable timers.
+OUTLAST_OUTAGES = Retry(initial_interval=0.2, maximum_interval=2.0, maximum_attempts=None,
+                        maximum_elapsed=600.0)
 
 
 def sandbox_url() -> str:
     return os.environ.get("AGENTOPS_SANDBOX_URL", "http://127.0.0.1:8000/sandbox")
 
 
-@tool(idempotent=True)
+def _post(path: str, payload: dict, headers: dict | None = None) -> dict:
+    try:
+        response = httpx.post(f"{sandbox_url()}{path}", json=payload, headers=headers or {},
+                              timeout=10)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        # No connection was made: the request cannot have reached the target.
+        raise TransientToolError(f"{type(exc).__name__}: {exc}", reached_target=False) from exc
+    response.raise_for_status()
+    return response.json()
+
+
+@tool(idempotent=True, retry=OUTLAST_OUTAGES)
 def post_record(unit: str, value: int, *, idempotency_key: str) -> dict:
-    response = httpx.post(f"{sandbox_url()}/api/records", json={"unit": unit, "value": value},
-                          headers={"Idempotency-Key": idempotency_key}, timeout=10)
-    response.raise_for_status()
-    return {"id": response.json()["id"]}
+    body = _post("/api/records", {"unit": unit, "value": value},
+                 {"Idempotency-Key": idempotency_key})
+    return {"id": body["id"]}
 
 
-@tool
+@tool(retry=OUTLAST_OUTAGES)
 def send_notification(unit: str) -> dict:
-    response = httpx.post(f"{sandbox_url()}/api/notifications", json={"unit": unit}, timeout=10)
-    response.raise_for_status()
-    return {"count": response.json()["count"]}
+    return {"count": _post("/api/notifications", {"unit": unit})["count"]}
 
 
 @tool(idempotent=True)

@@ -47,7 +47,7 @@ class QCluster:
             time.sleep(0.1)
 
     def worker_pids(self) -> list[int]:
-        return [int(p.name.split("-")[1]) for p in self.pid_dir.iterdir()]
+        return [int(p.name.split("-")[1]) for p in self.pid_dir.glob("worker-*")]
 
     def memory(self) -> int:
         """Proportional set size (PSS) of the cluster's processes together: forked

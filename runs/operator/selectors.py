@@ -221,6 +221,7 @@ def workers_overview(now: datetime | None = None) -> dict:
     hosts: dict[str, dict] = {}
     for cluster in clusters:
         cluster.stale = now - cluster.last_seen > HEARTBEAT_STALE
+        cluster.problem = cluster_problem(cluster, now)
         hosts.setdefault(cluster.host, {"clusters": [], "processes": []})["clusters"].append(cluster)
     for process in processes.values():
         hosts.setdefault(process.host, {"clusters": [], "processes": []})["processes"].append(process)
@@ -237,6 +238,20 @@ def workers_overview(now: datetime | None = None) -> dict:
         "window_minutes": int(minutes),
         "now": now,
     }
+
+
+def cluster_problem(cluster: WorkerHeartbeat, now: datetime) -> str:
+    """Why a cluster has stopped working, from its heartbeat row; "" if it works. A
+    stale row says nothing of its processes any more: its main may be dead or frozen."""
+    if cluster.stale:
+        return f"no heartbeat for {int((now - cluster.last_seen).total_seconds())} s"
+    live = {role: [p for p in cluster.processes if p.get("role") == role and p.get("alive")
+                   and p.get("status") != "stopped"] for role in ("sentinel", "worker")}
+    if not live["sentinel"]:
+        return "no live sentinel"
+    if not live["worker"]:
+        return "no live worker"
+    return ""
 
 
 def _split_owner(owner: str) -> tuple[str, int]:

@@ -284,13 +284,9 @@ class Injector:
 
 
 def _sentinel_pid(cluster) -> int | None:
-    """The qcluster main's child that is alive (django-q2 forks one sentinel)."""
-    import psutil
-    try:
-        children = psutil.Process(cluster.pid).children()
-    except psutil.NoSuchProcess:
-        return None
-    alive = [c.pid for c in children if c.status() != psutil.STATUS_ZOMBIE]
+    """The cluster's live sentinel (each process writes its role file: runs/cluster/roles.py;
+    the main's children may also be a replaced sentinel's workers, handing off)."""
+    alive = cluster.role_pids("sentinel")
     return alive[0] if alive else None
 
 

@@ -111,16 +111,17 @@ def test_in_doubt_notification_goes_to_an_operator(server, start_cluster, faults
     assert run.audit_entries.filter(action="resolve", actor="ops").count() == 1
 
 
-@pytest.mark.parametrize("target", ["main", "group"])
+@pytest.mark.parametrize("target", ["main", "group", "supervisor"])
 def test_sigterm_hands_off_without_waiting_for_the_lease(target, server, start_cluster):
     env = dict(sandbox_env(server), AGENTOPS_LEASE_SECONDS=30)  # a lease wait would show
-    first = start_cluster(workers=1, name="old", **env)
+    # "supervisor": `manage.py worker` (as under bin/serve) passes SIGTERM to the main
+    first = start_cluster(workers=1, name="old", supervised=target == "supervisor", **env)
     [run_id] = launch_steps(1, steps=40, delay=0.1)
     wait_until(lambda: holder_pid(run_id) in first.worker_pids(), 30, message="old cluster owns it")
     # The new cluster sweeps as it starts, then not for a minute: the handed-back run
     # must reach it by a task of its own, not by the sweep.
     second = start_cluster(workers=1, name="new", AGENTOPS_SWEEP_INTERVAL=60, **env)
-    (first.signal if target == "main" else first.signal_group)(signal.SIGTERM)
+    (first.signal_group if target == "group" else first.signal)(signal.SIGTERM)
     wait_until(lambda: holder_pid(run_id) in second.worker_pids(), 15,
                message="the new cluster to take the run")
     first.proc.wait(20)

@@ -9,6 +9,7 @@ import pytest
 from runs import services
 from runs.models import AuditEntry, Effect, Run, RunEvent
 from tests.support.processes import wait_until
+from tests.web.conftest import screenshot
 
 pytestmark = [pytest.mark.services, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 AGENTS = "tests.workload_agents,tests.operator.agents"
@@ -118,3 +119,12 @@ def test_operator_flow_in_a_browser(operator_page, server, start_cluster, faults
     assert (resolved.resolution, resolved.result) == ("done", {"charged": 0, "unit": "unit-0"})
     assert [(e.action, e.reason) for e in AuditEntry.objects.filter(run=doubtful)] == [
         ("resolve", "seen in the bank")]
+
+    # the Workers page: the cluster's processes by role; the worker killed above is
+    # listed as dead, its replacements as alive, and the cluster still works
+    page.goto(f"{server.url}/ops/workers/")
+    working = '.cluster[data-working="yes"]'
+    page.wait_for_selector(f'{working} tr[data-role="sentinel"][data-alive="yes"]')
+    page.wait_for_selector(f'{working} tr[data-role="worker"][data-alive="no"]')
+    assert page.locator(f'{working} tr[data-role="worker"][data-alive="yes"]').count() >= 2
+    screenshot(page, "workers-page")

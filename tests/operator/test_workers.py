@@ -2,7 +2,10 @@
 holds, the queue depth and the rate of finished runs."""
 
 import os
+import signal
 import socket
+import subprocess
+import sys
 import uuid
 from datetime import timedelta
 
@@ -11,6 +14,7 @@ from django.utils import timezone
 
 from runs import heartbeat
 from runs.models import Run, WorkerHeartbeat
+from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +42,8 @@ def test_the_page_shows_hosts_processes_runs_queue_and_rate(ops, users):
 
     now = timezone.now()
     WorkerHeartbeat.objects.create(host="web-1", pid=100, cluster="agentops", last_seen=now,
-                                   processes=[{"pid": 101, "rss_mb": 50.0}])
+                                   processes=[process(101, "worker", rss_mb=50.0),
+                                              process(102, "sentinel")])
     WorkerHeartbeat.objects.create(host="web-2", pid=200, cluster="agentops",
                                    last_seen=now - timedelta(minutes=5))
     held = Run.objects.create(id=uuid.uuid4().hex, agent="ticker", agent_version="1",
@@ -56,3 +61,76 @@ def test_the_page_shows_hosts_processes_runs_queue_and_rate(ops, users):
     assert "<strong>2.0</strong> runs/min" in page  # 10 finished in the 5-minute window
     assert ops.get("/ops/workers/", HTTP_HX_REQUEST="true",
                    HTTP_HX_TARGET="workers-panel").content.decode().startswith('<div id="workers-panel"')
+
+
+def process(pid, role, alive=True, status="sleeping", rss_mb=10.0):
+    return {"pid": pid, "role": role, "alive": alive, "status": status, "rss_mb": rss_mb}
+
+
+def child_titled(title):
+    code = f"import setproctitle, time; setproctitle.setproctitle({title!r}); time.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", code])
+    wait_until(lambda: heartbeat.roles.role_of(heartbeat.psutil.Process(child.pid)), 10,
+               message="the child's title")
+    return child
+
+
+def listed(pid):
+    row = WorkerHeartbeat.objects.get(pid=os.getpid())
+    return next((p for p in row.processes if p["pid"] == pid), None)
+
+
+def test_the_heartbeat_lists_roles_and_never_a_dead_process_as_alive():
+    child = child_titled("qcluster worker-0-abc123 idle")
+    try:
+        assert heartbeat.record_heartbeat(force=True)
+        assert listed(child.pid) == {**listed(child.pid), "role": "worker", "alive": True}
+        os.kill(child.pid, signal.SIGKILL)
+        wait_until(lambda: heartbeat.roles.status_of(child.pid) == "zombie", 10, message="a zombie")
+        assert heartbeat.record_heartbeat()  # the tree changed: written at once
+        assert listed(child.pid)["alive"] is False and listed(child.pid)["status"] == "zombie"
+    finally:
+        child.kill()
+        child.wait()
+    assert heartbeat.record_heartbeat()
+    assert listed(child.pid) == {**listed(child.pid), "role": "worker", "alive": False,
+                                 "status": "gone"}
+
+
+def test_a_dead_main_on_this_host_has_its_processes_shown_as_they_are():
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    WorkerHeartbeat.objects.create(host=socket.gethostname(), pid=gone.pid, cluster="agentops",
+                                   processes=[process(gone.pid, "worker")])
+    heartbeat.record_heartbeat(force=True)
+    [entry] = WorkerHeartbeat.objects.get(pid=gone.pid).processes
+    assert entry["alive"] is False and entry["status"] == "gone"
+
+
+@pytest.mark.parametrize("processes,problem", [
+    ([process(1, "sentinel"), process(2, "worker")], ""),
+    ([process(1, "sentinel"), process(2, "worker", alive=False, status="zombie")],
+     "no live worker"),
+    ([process(1, "sentinel"), process(2, "worker", status="stopped")], "no live worker"),
+    ([process(1, "sentinel", alive=False, status="gone"), process(2, "worker")],
+     "no live sentinel"),
+])
+def test_the_page_says_which_clusters_stopped_working(ops, processes, problem):
+    WorkerHeartbeat.objects.create(host="h", pid=100, cluster="agentops", processes=processes)
+    page = ops.get("/ops/workers/").content.decode()
+    if problem:
+        assert 'data-working="no"' in page and f"stopped working: {problem}" in page
+    else:
+        assert 'data-working="yes"' in page and "stopped working" not in page
+    for p in processes:
+        assert f'data-pid="{p["pid"]}" data-role="{p["role"]}" ' \
+               f'data-alive="{"yes" if p["alive"] else "no"}"' in page
+
+
+def test_a_stale_cluster_is_not_said_to_have_live_processes(ops):
+    WorkerHeartbeat.objects.create(host="h", pid=100, cluster="agentops",
+                                   last_seen=timezone.now() - timedelta(minutes=1),
+                                   processes=[process(1, "sentinel"), process(2, "worker")])
+    page = ops.get("/ops/workers/").content.decode()
+    assert "stopped working: no heartbeat for 60 s" in page
+    assert 'data-alive="yes"' not in page and page.count('data-alive="unknown"') == 2

@@ -119,15 +119,18 @@ class Server(Managed):
 
 
 class Cluster(Managed):
-    """`manage.py qcluster`: main process, sentinel, and its worker processes."""
+    """`manage.py qcluster` (main process, sentinel, and its worker processes), or with
+    supervised=True `manage.py worker`, the supervisor that runs and restarts it."""
 
-    def __init__(self, tmp_path: Path, workers: int = 2, name: str = "c", **env):
+    def __init__(self, tmp_path: Path, workers: int = 2, name: str = "c", supervised: bool = False,
+                 **env):
         env.setdefault("AGENTOPS_WORKERS", workers)
         self.pid_dir = tmp_path / f"pids-{name}-{time.monotonic_ns()}"
         self.pid_dir.mkdir()
         env["AGENTOPS_WORKER_PID_DIR"] = self.pid_dir
-        super().__init__([sys.executable, "manage.py", "qcluster"], process_env(**env),
-                         tmp_path / f"qcluster-{name}-{time.monotonic_ns()}.log")
+        command = "worker" if supervised else "qcluster"
+        super().__init__([sys.executable, "manage.py", command], process_env(**env),
+                         tmp_path / f"{command}-{name}-{time.monotonic_ns()}.log")
         self.workers = workers
         wait_until(lambda: len(self.worker_pids()) >= workers or self._dead(), 30,
                    message="qcluster workers")
@@ -137,10 +140,38 @@ class Cluster(Managed):
             raise AssertionError(f"qcluster exited:\n{self.output()[-3000:]}")
         return False
 
-    def worker_pids(self) -> list[int]:
-        """Live worker processes of this cluster (each writes a pid file when spawned)."""
-        pids = [int(p.name.split("-")[1]) for p in self.pid_dir.iterdir()]
+    def role_pids(self, role: str) -> list[int]:
+        """Live processes of this cluster in a role (main, sentinel, worker, pusher,
+        monitor): each writes a file role-pid when it starts (runs/cluster/roles.py)."""
+        pids = [int(p.name.split("-")[1]) for p in self.pid_dir.glob(f"{role}-*")]
         return [pid for pid in pids if _running(pid)]
+
+    def worker_pids(self) -> list[int]:
+        return self.role_pids("worker")
+
+    def tree_ready(self) -> bool:
+        """One live main and sentinel, a pusher, a monitor and every worker, all idle."""
+        counts = {role: len(self.role_pids(role)) for role in ("main", "sentinel", "pusher", "monitor")}
+        return set(counts.values()) == {1} and len(self.idle_workers()) == self.workers
+
+    def idle_workers(self) -> list[int]:
+        idle = []
+        for pid in self.worker_pids():
+            try:
+                if " ".join(psutil.Process(pid).cmdline()).split()[-1:] == ["idle"]:
+                    idle.append(pid)
+            except psutil.Error:
+                pass
+        return idle
+
+    def stop(self, timeout: float = 10.0) -> None:
+        super().stop(timeout)
+        # Under `manage.py worker` each qcluster main leads a process group of its own.
+        for main in self.pid_dir.glob("main-*"):
+            try:
+                os.killpg(int(main.name.split("-")[1]), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def all_pids(self) -> list[int]:
         try:

@@ -1,9 +1,15 @@
-"""django-q2's qcluster, plus what durable runs need from the cluster's main process:
+"""django-q2's qcluster, made self-healing, plus what durable runs need from the
+cluster's main process:
 
-* the recovery sweep, every AGENTOPS_SWEEP_INTERVAL seconds, in the main thread;
+* the cluster is ours (runs/cluster/): its sentinel replaces a generation whose
+  process died, and this process replaces a sentinel that died, stopped or went
+  silent, in the same command (runs/cluster/main.py);
+* the recovery sweep and the heartbeat, every AGENTOPS_SWEEP_INTERVAL seconds;
 * on SIGTERM/SIGINT to this process alone, SIGUSR1 to every worker first, so a
   running run hands itself back at its next effect boundary instead of making
-  the deploy wait for it (django-q2 itself waits for running tasks).
+  the deploy wait for it (django-q2 itself waits for running tasks);
+* under `manage.py worker` (runs/cluster/supervisor.py) it shows its progress
+  every tick and dies with its supervisor.
 """
 
 import gc
@@ -16,23 +22,43 @@ import time
 import psutil
 from django.conf import settings
 from django.db import close_old_connections, connection
-from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as QClusterCommand
 
+from runs.cluster import roles, supervisor
+from runs.cluster.lifelines import become_subreaper
+from runs.cluster.main import ClusterStartFailed, SelfHealingCluster, replace, tend_leftovers
 from runs.heartbeat import record_heartbeat
 from runs.sweep import sweep
 
 logger = logging.getLogger("agentops.cluster")
+RESTART_PAUSE = 1.0  # seconds between attempts to start a cluster that fails to start
 
 
 class Command(QClusterCommand):
-    help = "Starts a django-q2 cluster that executes durable runs, with the recovery sweep."
+    help = "Starts a self-healing django-q2 cluster that executes durable runs, with the sweep."
 
     def handle(self, *args, **options):
         if options.get("cluster_name"):
             os.environ["Q_CLUSTER_NAME"] = options["cluster_name"]
-        cluster = Cluster()
-        stopping = {"flag": False}
+        supervisor.attach()
+        become_subreaper()
+        roles.mark(roles.MAIN)
+        state = {"cluster": SelfHealingCluster(), "stopping": False}
+        self.install_stop_handlers(state)
+        # Let the sentinel fork before this process opens database connections.
+        connection.close()
+        # The sentinel, monitor, pusher and workers are forked from here and share its
+        # pages until written; freezing moves Django's objects out of the collector's
+        # reach, so a collection in a child does not write (and copy) those pages.
+        gc.freeze()
+        state["cluster"].start()
+        if options.get("run_once"):
+            state["cluster"].stop()
+            return
+        self.keep(state)
+        self.shut_down(state["cluster"])
+
+    def install_stop_handlers(self, state):
         main_pid = os.getpid()
 
         def on_stop_signal(signum, frame):
@@ -41,70 +67,96 @@ class Command(QClusterCommand):
                 signal.signal(signum, signal.SIG_DFL)
                 os.kill(os.getpid(), signum)
                 return
-            if stopping["flag"]:
+            if state["stopping"]:
                 return
-            stopping["flag"] = True
-            _signal_workers(cluster)
-            # Stop pulling tasks now: a run handed back in the next few milliseconds
-            # must go to a live cluster, not to this one's draining workers. From a
-            # thread: when the whole group was signalled the sentinel died at once,
-            # possibly inside stop_event.wait(), and then set() blocks forever (a
-            # multiprocessing Condition waits for its dead sleeper to acknowledge).
-            threading.Thread(target=cluster.stop_event.set, daemon=True).start()
+            state["stopping"] = True
+            _stop(state["cluster"])
 
         signal.signal(signal.SIGTERM, on_stop_signal)
         signal.signal(signal.SIGINT, on_stop_signal)
         # Inherited by the sentinel, monitor and pusher, so our SIGUSR1 cannot kill
         # them; worker processes install their own handler (runs/signals.py).
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-        # Let the sentinel fork before this process opens database connections.
-        connection.close()
-        # The sentinel, monitor, pusher and workers are forked from here and share its
-        # pages until written; freezing moves Django's objects out of the collector's
-        # reach, so a collection in a child does not write (and copy) those pages.
-        gc.freeze()
-        cluster.start()
-        if options.get("run_once"):
-            cluster.stop()
-            return
+
+    def keep(self, state):
+        """The main loop: a working cluster, the sweep, the heartbeat, until a stop signal."""
         interval = settings.AGENTOPS["SWEEP_INTERVAL"]
-        while not stopping["flag"] and not cluster.has_stopped:
+        leftovers: dict[int, float] = {}
+        next_attempt = 0.0
+        tasks_lost = True  # a qcluster started: its predecessor's queues may have held tasks
+        while not state["stopping"]:
+            cluster = state["cluster"]
+            reason = cluster.failure()
+            if reason and time.monotonic() >= next_attempt:
+                try:
+                    state["cluster"] = replace(cluster, reason, leftovers)
+                    tasks_lost = True
+                    if state["stopping"]:  # the stop signal came while it started
+                        _stop(state["cluster"])
+                except ClusterStartFailed as exc:
+                    logger.error("a fresh cluster failed to start: %s; trying again", exc)
+                    next_attempt = time.monotonic() + RESTART_PAUSE
+            tend_leftovers(leftovers, keep={state["cluster"].sentinel.pid})
+            supervisor.report_progress()
+            tasks_lost = state["cluster"].new_generation() or tasks_lost
             try:
                 close_old_connections()
-                sweep()
+                sweep(tasks_lost=tasks_lost)
+                tasks_lost = False
                 record_heartbeat()
             except Exception:  # the database may be restarting: try again next tick
                 logger.exception("recovery sweep failed")
                 connection.close()
             time.sleep(interval)
+
+    def shut_down(self, cluster):
         # Not cluster.stop(), which joins without a limit (and blocks in the case
-        # above): the signal handler told the sentinel to stop; wait for it with a
-        # limit. Running runs hand themselves back at their next effect boundary;
-        # whatever is alive after the grace period is killed (its runs are durable:
-        # leases and the sweep's dead-process check bring them back).
-        deadline = time.monotonic() + settings.AGENTOPS["SHUTDOWN_GRACE_SECONDS"]
-        while cluster.sentinel.is_alive() and time.monotonic() < deadline:
+        # above): the signal handler told the sentinel to stop; wait for it and for
+        # any leftover of a replaced cluster, with a limit. Running runs hand
+        # themselves back at their next effect boundary; whatever is alive after the
+        # grace period is killed (its runs are durable: leases and the sweep's
+        # dead-process check bring them back).
+        grace = settings.AGENTOPS["SHUTDOWN_GRACE_SECONDS"]
+        deadline = time.monotonic() + grace
+        while _descendants() and time.monotonic() < deadline:
+            cluster.sentinel.is_alive()  # reaps it
+            tend_leftovers({}, keep={cluster.sentinel.pid})
             time.sleep(0.1)
-        if cluster.sentinel.is_alive():
-            logger.warning("cluster still running %.0f s after the stop signal: killing it",
-                           settings.AGENTOPS["SHUTDOWN_GRACE_SECONDS"])
-            _kill_tree(cluster.sentinel.pid)
+        if _descendants():
+            logger.warning("cluster still running %.0f s after the stop signal: killing it", grace)
+            for process in _descendants():
+                _kill(process)
 
 
-def _kill_tree(pid: int) -> None:
-    try:
-        root = psutil.Process(pid)
-        processes = root.children(recursive=True) + [root]
-    except psutil.NoSuchProcess:
-        return
-    for process in processes:
+def _stop(cluster) -> None:
+    _signal_workers(cluster)
+    # Stop pulling tasks now: a run handed back in the next few milliseconds
+    # must go to a live cluster, not to this one's draining workers. From a
+    # thread: when the whole group was signalled the sentinel died at once,
+    # possibly inside stop_event.wait(), and then set() blocks forever (a
+    # multiprocessing Condition waits for its dead sleeper to acknowledge).
+    threading.Thread(target=cluster.stop_event.set, daemon=True).start()
+
+
+def _descendants() -> list[psutil.Process]:
+    alive = []
+    for process in psutil.Process().children(recursive=True):
         try:
-            process.kill()
+            if process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(process)
         except psutil.NoSuchProcess:
             pass
+    return alive
 
 
-def _signal_workers(cluster: Cluster) -> None:
+def _kill(process: psutil.Process) -> None:
+    try:
+        process.kill()
+    except psutil.NoSuchProcess:
+        pass
+
+
+def _signal_workers(cluster) -> None:
     sentinel = getattr(cluster, "sentinel", None)
     if sentinel is None or sentinel.pid is None:
         return

@@ -19,8 +19,8 @@ Shown runs are followed by the process's `LiveHub` (runs/consumers.py), as the u
 pages' are: wake-ups from the channel layer, and its poll of their heads when one is
 missed. "all" has an `Activity` per process: it listens to the group every commit is
 also sent to (`RUN_LIST_GROUP`) and, for the wake-ups that never come (no Redis, Redis
-down), reads a fingerprint of the active runs and the newest run once per
-ACTIVITY_POLL_SECONDS (a few indexed rows, not the run table). "all" notices are sent
+down) and for the workers (whose heartbeats are no commit of a run), reads
+`activity_fingerprint` once per ACTIVITY_POLL_SECONDS. "all" notices are sent
 at most once per ACTIVITY_EVERY seconds: a busy cluster changes some run all the time.
 """
 
@@ -32,7 +32,6 @@ import time
 
 from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
-from django.db.models import Count, Sum
 
 from runs.consumers import (
     CLOSE_NOT_FOUND,
@@ -45,8 +44,8 @@ from runs.consumers import (
     logger,
     poll_seconds,
 )
-from runs.durable import records as r
 from runs.live import RUN_LIST_GROUP
+from runs.operator.selectors import activity_fingerprint
 
 PERMISSION = "runs.operate_run"
 ACTIVITY_EVERY = 2.0          # seconds between "all" notices to one socket
@@ -57,17 +56,6 @@ def is_operator(user_id) -> bool:
     """Read afresh (a user object caches its permissions): still active, still an operator."""
     user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
     return user is not None and user.has_perm(PERMISSION)
-
-
-def activity_fingerprint() -> tuple:
-    """Changes when an active run commits, a run starts or stops being active, or a
-    run is launched: both reads use indexes (run_sweep_active, run_created)."""
-    from runs.models import Run
-
-    active = Run.objects.filter(status__in=[r.QUEUED, r.RUNNING]).aggregate(
-        n=Count("pk"), seq=Sum("event_seq"))
-    newest = Run.objects.order_by("-created_at").values_list("pk", flat=True).first()
-    return active["n"], active["seq"], newest
 
 
 class Activity:

@@ -83,3 +83,26 @@ async def test_a_page_that_watches_all_runs_is_told_of_a_run_it_does_not_list(us
     message = await comm.receive_json_from(timeout=15)
     assert message == {"type": "changed", "runs": [], "all": True}
     await comm.disconnect()
+
+
+async def test_the_workers_page_is_told_when_a_cluster_stops_beating(users):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runs.models import WorkerHeartbeat
+
+    await launched(users)
+    processes = [{"role": "sentinel", "pid": 11, "alive": True},
+                 {"role": "worker", "pid": 12, "alive": True}]
+    beat = await sync_to_async(WorkerHeartbeat.objects.create)(host="h1", pid=10,
+                                                               processes=processes)
+    comm = communicator(users["charlie"], PATH)
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"type": "watch", "runs": {}, "all": True})
+    assert (await comm.receive_json_from(timeout=5))["type"] == "watching"
+    await sync_to_async(WorkerHeartbeat.objects.filter(pk=beat.pk).update)(
+        last_seen=timezone.now() - timedelta(minutes=5))  # no run changed: only the cluster
+    assert await comm.receive_json_from(timeout=15) == {"type": "changed", "runs": [],
+                                                        "all": True}
+    await comm.disconnect()

@@ -46,8 +46,8 @@ from runs.consumers import (
 )
 from runs.live import RUN_LIST_GROUP
 from runs.operator.selectors import activity_fingerprint
+from runs.operator.views import PERMISSION
 
-PERMISSION = "runs.operate_run"
 ACTIVITY_EVERY = 2.0          # seconds between "all" notices to one socket
 ACTIVITY_POLL_SECONDS = 2.0   # seconds between fingerprint reads when no wake-up came
 

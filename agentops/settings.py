@@ -260,6 +260,8 @@ AGENTOPS = {
     "AGENT_MODULES": env_list("AGENTOPS_AGENT_MODULES"),
     "FAULTS_DIR": os.environ.get("AGENTOPS_FAULTS_DIR", ""),
     "LIVE_POLL_SECONDS": env_float("AGENTOPS_LIVE_POLL", 0.5),
+    # The operator pages poll this often only while their websocket is down (docs/operator-live.md).
+    "OPS_POLL_SECONDS": env_float("AGENTOPS_OPS_POLL", 3.0),
     "MAX_INPUT_BYTES": env_int("AGENTOPS_MAX_INPUT_BYTES", 256 * 1024),
     # the sandbox app's URLs (the outside world of the built-in agents): local mode only,
     # unless asked for; `manage.py sandbox reset|bump-generation` work either way

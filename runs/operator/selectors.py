@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.core.paginator import Paginator
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
 from runs import retention, stalls
@@ -209,7 +209,7 @@ def workers_overview(now: datetime | None = None) -> dict:
     now = now or timezone.now()
     lease = timedelta(seconds=settings.AGENTOPS["LEASE_SECONDS"])
     held = (Run.objects.filter(lease_owner__isnull=False)
-            .only("id", "agent", "status", "lease_owner", "lease_expires_at", "step_no")
+            .only("id", "agent", "status", "lease_owner", "lease_expires_at", "step_no", "event_seq")
             .order_by("lease_owner", "id"))
     processes: dict[str, WorkerProcess] = {}
     for run in held:
@@ -281,3 +281,20 @@ def rollback_pages(preview: dict | None, query) -> dict:
     return {"first_effects": ends[0], "last_effects": ends[1],
             "effects_page": Paginator(effects, PREVIEW_PAGE).get_page(query.get("page")),
             "listing_open": "page" in query}
+
+
+def activity_fingerprint(now: datetime | None = None) -> tuple:
+    """What the operator pages that depend on every run show, in a few indexed reads
+    (run_sweep_active, run_created) and the heartbeat rows: it changes when an active run
+    commits, a run starts or stops being active, a run is launched, or a cluster gains or
+    loses a process or a problem (not at every heartbeat)."""
+    now = now or timezone.now()
+    active = Run.objects.filter(status__in=[r.QUEUED, r.RUNNING]).aggregate(
+        n=Count("pk"), seq=Sum("event_seq"))
+    newest = Run.objects.order_by("-created_at").values_list("pk", flat=True).first()
+    clusters = []
+    for cluster in WorkerHeartbeat.objects.all():
+        cluster.stale = now - cluster.last_seen > HEARTBEAT_STALE
+        pids = sorted(str(p.get("pid")) for p in cluster.processes if isinstance(p, dict))
+        clusters.append((cluster.pk, cluster_problem(cluster, now), tuple(pids)))
+    return active["n"], active["seq"], newest, tuple(clusters)

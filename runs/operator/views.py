@@ -3,6 +3,7 @@ Reads only; the actions are in runs/operator/actions.py."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required, permission_required
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
@@ -24,6 +25,11 @@ from runs.stalls import mark_stalls, stall_of
 PERMISSION = "runs.operate_run"
 
 
+def live_context() -> dict:
+    """What a live operator page needs: how often to poll while its socket is down."""
+    return {"ops_poll": settings.AGENTOPS["OPS_POLL_SECONDS"]}
+
+
 def operator_required(view):
     """Logged in (else to the login page) and an operator (else 403, nothing shown)."""
     return login_required(permission_required(PERMISSION, raise_exception=True)(view))
@@ -41,7 +47,8 @@ def dashboard(request):
     for run in page.runs:
         run.stored_bytes = sizes.get(run.pk, 0)
     context = {"form": form, "page": page, "bulk_form": BulkActionForm(), "ops_section": "runs",
-               "attention_count": selectors.attention_count(), "filtered": bool(filters)}
+               "attention_count": selectors.attention_count(), "filtered": bool(filters),
+               **live_context()}
     if request.htmx and request.htmx.target == "runs-table":
         return render(request, "operator/_runs_table.html", context)
     return render(request, "operator/dashboard.html", context)
@@ -63,7 +70,7 @@ def attention(request):
     for run in runs:
         run.in_doubt_effect = in_doubt.get(run.pk)
     context = {"runs": runs, "limit": selectors.ATTENTION_LIMIT, "ops_section": "attention",
-               "include_failed": request.GET.get("failed") != "0"}
+               "include_failed": request.GET.get("failed") != "0", **live_context()}
     if request.htmx and request.htmx.target == "attention-list":
         return render(request, "operator/_attention_list.html", context)
     return render(request, "operator/attention.html", context)
@@ -72,7 +79,7 @@ def attention(request):
 @require_GET
 @operator_required
 def workers(request):
-    context = {**selectors.workers_overview(), "ops_section": "workers"}
+    context = {**selectors.workers_overview(), "ops_section": "workers", **live_context()}
     if request.htmx and request.htmx.target == "workers-panel":
         return render(request, "operator/_workers_panel.html", context)
     return render(request, "operator/workers.html", context)
@@ -110,7 +117,7 @@ def run_context(run: Run, events=None, after: int = 0) -> dict:
     attention = run.attention or {}
     resolve_form = ResolveForm(initial={"seq": attention.get("seq"), "resolution": "done"})
     actions = available_actions(run)
-    return {"run": run, **detail, "actions": actions, "ops_section": "runs",
+    return {"run": run, **detail, "actions": actions, "ops_section": "runs", **live_context(),
             "simple_actions": [(a, RunActionForm.ACTIONS[a]) for a in actions
                                if a in RunActionForm.ACTIONS],
             "last_seq": detail["events"][-1].seq if detail["events"] else after,

@@ -1,0 +1,74 @@
+/* The operator pages, live: a socket to /ws/operator/ says which of the runs shown
+ * changed (runs/operator/consumers.py) and the page asks the server for its partials
+ * again. While the socket is not live the same partials are polled instead, every
+ * data-ops-poll seconds: polling is only the fallback.
+ *
+ *   <span id="live-indicator" data-ops-live data-ops-poll="3" data-ops-all="1">
+ *                                                            the page is live
+ *     <div id="runs-table" data-ops-refresh data-ops-url="..."
+ *          data-ops-hold="input.run-select:checked">         a partial it re-renders;
+ *                                                            not while `hold` matches
+ *       <tr data-live-run="ID" data-live-seq="SEQ">          a run shown, as drawn
+ *
+ * window.opsLive counts what happened (ticks of the fallback timer, polls made,
+ * refreshes the socket caused) for the browser tests. */
+(function () {
+  "use strict";
+  const root = document.querySelector("[data-ops-live]");
+  if (!root || !window.htmx || !window.LiveSocket) return;
+  const state = {ticks: 0, polls: 0, refreshes: 0, live: false};
+  window.opsLive = state;
+  const pollMs = Math.max(0.2, Number(root.dataset.opsPoll) || 3) * 1000;
+  const everything = root.dataset.opsAll === "1";
+  let pending = null;   // a refresh held back while the operator is selecting rows
+
+  function shown() {
+    const runs = {};
+    document.querySelectorAll("[data-live-run]").forEach((el) => {
+      const seq = parseInt(el.dataset.liveSeq, 10) || 0;
+      runs[el.dataset.liveRun] = Math.max(runs[el.dataset.liveRun] || 0, seq);
+    });
+    return runs;
+  }
+
+  function refresh(how) {
+    pending = null;
+    document.querySelectorAll("[data-ops-refresh]").forEach((el) => {
+      const hold = el.dataset.opsHold;
+      if (hold && document.querySelector(hold)) { pending = how; return; }
+      if (how === "poll") state.polls += 1; else state.refreshes += 1;
+      htmx.ajax("GET", el.dataset.opsUrl, {source: el, target: el, swap: "outerHTML",
+                                          headers: {"X-Ops-Refresh": how}});
+    });
+  }
+
+  // Once watching, refresh to catch up what changed while the socket was down, or, on
+  // a page that depends on every run, between its render and the server's first look.
+  let opened = 0;
+  let catchUp = false;
+  const socket = new LiveSocket("/ws/operator/", {
+    onOpen(live) {
+      catchUp = opened++ > 0 || everything;
+      live.send({type: "watch", runs: shown(), all: everything});
+    },
+    onMessage(message) {
+      if (message.type === "watching") {
+        state.live = true;
+        if (catchUp) { catchUp = false; refresh("live"); }
+      }
+      if (message.type === "changed") refresh("live");
+    },
+    onClose() { state.live = false; },
+  });
+
+  // A re-rendered partial may show other runs (a new one, another page): watch those.
+  document.body.addEventListener("htmx:afterSettle", () => {
+    if (state.live) socket.send({type: "watch", runs: shown(), all: everything});
+  });
+
+  setInterval(() => {
+    state.ticks += 1;
+    if (!state.live || socket.state !== "live") refresh("poll");
+    else if (pending) refresh(pending);
+  }, pollMs);
+})();

@@ -1,0 +1,108 @@
+"""ws/operator/: only operators may join (checked on connect and on every message), and
+an operator's socket is told when a run the dashboard shows changes."""
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.contrib.auth.models import Group
+
+from runs import services
+from runs.operator.groups import ensure_operators_group
+from tests.operator.test_websocket_permissions import communicator
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+PATH = "/ws/operator/"
+
+
+async def launched(users):
+    await sync_to_async(ensure_operators_group)()
+    return await sync_to_async(services.run_launch)(user=users["alice"], agent="ticker",
+                                                    inputs={"steps": 1})
+
+
+async def test_a_plain_user_and_an_anonymous_one_are_refused(users):
+    from django.contrib.auth.models import AnonymousUser
+
+    await launched(users)
+    for user, code in ((users["bob"], 4404), (AnonymousUser(), 4401)):
+        comm = communicator(user, PATH)
+        connected, closed_with = await comm.connect()
+        assert not connected and closed_with == code
+        await comm.disconnect()
+
+
+async def test_an_operator_is_told_when_a_shown_run_changes(users):
+    run = await launched(users)
+    comm = communicator(users["charlie"], PATH)
+    connected, _ = await comm.connect()
+    assert connected
+    await comm.send_json_to({"type": "watch", "runs": {run.pk: run.event_seq, "nope": 0},
+                             "all": False})
+    assert await comm.receive_json_from(timeout=5) == {"type": "watching", "runs": [run.pk]}
+    assert await comm.receive_nothing(timeout=1)  # nothing changed yet: nothing said
+    await sync_to_async(services.run_pause)(run_id=run.pk, user=users["charlie"],
+                                            reason="look")
+    message = await comm.receive_json_from(timeout=10)
+    assert message == {"type": "changed", "runs": [run.pk], "all": False}
+    await comm.disconnect()
+
+
+async def test_an_operator_who_loses_the_permission_is_closed_at_the_next_message(users):
+    run = await launched(users)
+    comm = communicator(users["charlie"], PATH)
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"type": "watch", "runs": {run.pk: run.event_seq}, "all": False})
+    assert (await comm.receive_json_from(timeout=5))["type"] == "watching"
+
+    def demote():
+        users["charlie"].groups.remove(*Group.objects.all())
+        users["charlie"].user_permissions.clear()
+    await sync_to_async(demote)()
+    await comm.send_json_to({"type": "ping"})
+    assert (await comm.receive_output(timeout=5)) == {"type": "websocket.close", "code": 4404}
+
+
+async def test_a_bad_watch_is_a_clear_error_and_the_socket_stays(users):
+    await launched(users)
+    comm = communicator(users["charlie"], PATH)
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"type": "watch", "runs": ["x"], "all": False})
+    error = await comm.receive_json_from(timeout=5)
+    assert error["type"] == "error" and error["code"] == "bad_field"
+    await comm.send_json_to({"type": "ping"})
+    assert await comm.receive_json_from(timeout=5) == {"type": "pong"}
+    await comm.disconnect()
+
+
+async def test_a_page_that_watches_all_runs_is_told_of_a_run_it_does_not_list(users):
+    await launched(users)
+    comm = communicator(users["charlie"], PATH)
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"type": "watch", "runs": {}, "all": True})
+    assert await comm.receive_json_from(timeout=5) == {"type": "watching", "runs": []}
+    await launched(users)  # a new run: the dashboard's first page and the queues change
+    message = await comm.receive_json_from(timeout=15)
+    assert message == {"type": "changed", "runs": [], "all": True}
+    await comm.disconnect()
+
+
+async def test_the_workers_page_is_told_when_a_cluster_stops_beating(users):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runs.models import WorkerHeartbeat
+
+    await launched(users)
+    processes = [{"role": "sentinel", "pid": 11, "alive": True},
+                 {"role": "worker", "pid": 12, "alive": True}]
+    beat = await sync_to_async(WorkerHeartbeat.objects.create)(host="h1", pid=10,
+                                                               processes=processes)
+    comm = communicator(users["charlie"], PATH)
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"type": "watch", "runs": {}, "all": True})
+    assert (await comm.receive_json_from(timeout=5))["type"] == "watching"
+    await sync_to_async(WorkerHeartbeat.objects.filter(pk=beat.pk).update)(
+        last_seen=timezone.now() - timedelta(minutes=5))  # no run changed: only the cluster
+    assert await comm.receive_json_from(timeout=15) == {"type": "changed", "runs": [],
+                                                        "all": True}
+    await comm.disconnect()

@@ -10,3 +10,4 @@ urlpatterns = [
     path("ops/", include("runs.operator_urls")),
     path("", include("runs.urls")),
 ]
+handler400 = "runs.views.errors.bad_request"

@@ -119,6 +119,8 @@ class JSONField(forms.CharField):
     def prepare_value(self, value):
         if isinstance(value, str):
             return value
+        if value is None:  # nothing given (no initial): an empty box, not the text "null"
+            return ""
         return json.dumps(value, indent=2, ensure_ascii=False)
 
 

@@ -67,11 +67,12 @@ def test_controls_on_running_runs(start_cluster, ops, users):
     # edit the state: pause first, then jump ahead so that it finishes soon
     act(ops, run.pk, "pause", "edit")
     wait_until(lambda: status(run.pk) == "paused", 2.0, 0.02, message="paused again")
-    response = ops.get(f"/ops/runs/{run.pk}/state/")
-    state = json.loads(response.context["form"]["state"].value())
-    state.update(i=395, total=-1)
-    response = ops.post(f"/ops/runs/{run.pk}/state/", {"state": json.dumps(state),
-                                                        "reason": "skip ahead"})
+    checkpoint = ops.get(f"/ops/runs/{run.pk}/state/").context["checkpoint"]
+    patch = [{"op": "replace", "path": "/i", "value": 395},
+             {"op": "replace", "path": "/total", "value": -1}]
+    response = ops.post(f"/ops/runs/{run.pk}/state/", {
+        "checkpoint": checkpoint.number, "op": "replace", "json_patch": json.dumps(patch),
+        "reason": "skip ahead", "confirm": "1"})
     assert response.status_code == 302
     act(ops, run.pk, "resume", "finish")
     wait_until(lambda: status(run.pk) == "succeeded", 30, message="finished")

@@ -186,8 +186,9 @@ class EditStateForm(ReasonForm):
             return data["json_patch"]
         return path_edit(data["op"], data["path"], data["value"])
 
-    def confirmed(self) -> bool:
-        return "confirm" in self.data
+    def confirmed(self, previewed: str) -> bool:
+        """Confirm was pressed on the preview of this very edit."""
+        return "confirm" in self.data and self.data.get("previewed") == previewed
 
 class BulkActionForm(ReasonForm):
     ACTIONS = {"pause": "Pause", "resume": "Resume", "cancel": "Cancel",

@@ -22,12 +22,11 @@ from .errors import (
     FencedError,
     InputValidationError,
     InvalidTransitionError,
-    StaleEditError,
 )
 from .registry import AgentRegistry, validate_inputs
 from .registry import registry as default_registry
 from .serde import check_serializable, checkpoint_state, dumps, encode_state
-from .state_patch import apply_patch, paths_of
+from .state_patch import apply_patch, check_fresh, paths_of
 
 ATTEMPTS = 5
 RESOLUTIONS = ("done", "retry", "skip")
@@ -160,8 +159,7 @@ def patch_state(store, run_id: str, *, patch, actor: str, reason: str = "",
     latest, the edit is refused (StaleEditError) rather than applied to another state.
     The audit entry holds the patch, not the state."""
     def edited(latest, current):
-        if checkpoint is not None and latest.number != checkpoint:
-            raise StaleEditError(run_id, checkpoint, latest.number)
+        check_fresh(run_id, checkpoint, latest.number)
         state = apply_patch(current(), patch)
         check_serializable(state)
         return state

@@ -11,7 +11,7 @@ from __future__ import annotations
 import jsonpatch
 import jsonpointer
 
-from .errors import StatePatchError
+from .errors import StaleEditError, StatePatchError
 
 OPS = ("replace", "add", "remove")
 MESSAGE_CHARS = 200
@@ -40,6 +40,13 @@ def apply_patch(state: dict, patch) -> dict:
         raise StatePatchError("the edited state must stay a JSON object ({...})",
                               field=_first_path(patch))
     return result
+
+
+def check_fresh(run_id: str, prepared_on: int | None, latest: int) -> None:
+    """An edit prepared on a checkpoint other than the latest would land on a state
+    the operator has not seen: refused (None: not prepared on a shown state)."""
+    if prepared_on is not None and prepared_on != latest:
+        raise StaleEditError(run_id, prepared_on, latest)
 
 
 def paths_of(patch: list[dict]) -> list[str]:

@@ -13,8 +13,8 @@ from django.views.decorators.http import require_http_methods
 
 from runs import services
 from runs.durable import DurableError
-from runs.durable.errors import StatePatchError
-from runs.durable.state_patch import apply_patch
+from runs.durable.errors import StaleEditError, StatePatchError
+from runs.durable.state_patch import apply_patch, check_fresh
 from runs.models import Run
 from runs.operator import selectors, state_editor
 from runs.operator.views import operator_required
@@ -36,13 +36,21 @@ def edit_state(request, run_id):
         return _render(request, run, checkpoint, state, form, path, status=400)
     patch = form.patch()
     try:
+        check_fresh(run.pk, form.cleaned_data["checkpoint"], checkpoint.number)
+    except StaleEditError as exc:  # shown again on the latest state, the edit kept
+        form = EditStateForm(initial={**form.cleaned_data, "checkpoint": checkpoint.number})
+        return _render(request, run, checkpoint, state, form, path, error=str(exc), status=409)
+    try:
         edited = apply_patch(state, patch)
     except StatePatchError as exc:
         form.add_error("json_patch" if form.cleaned_data["json_patch"] else "path", str(exc))
         return _render(request, run, checkpoint, state, form, path, status=400)
-    if not form.confirmed():
-        changes = state_editor.changes(state, edited, patch)
-        return _render(request, run, checkpoint, state, form, path, changes=changes)
+    token = state_editor.preview_token(checkpoint.number, patch)
+    if not form.confirmed(token):
+        notice = (None if "confirm" not in request.POST else
+                  "The edit changed after its preview: check this diff, then confirm.")
+        return _render(request, run, checkpoint, state, form, path, error=notice,
+                       changes=state_editor.changes(state, edited, patch), token=token)
     try:
         done = services.run_patch_state(run_id=run.pk, patch=patch, user=request.user,
                                         reason=form.cleaned_data["reason"],
@@ -90,9 +98,9 @@ def _initial(checkpoint, state, path: str) -> dict:
 
 
 def _render(request, run, checkpoint, state, form, path, *, changes=None, error=None,
-            status=200):
+            token=None, status=200):
     context = {"run": run, "form": form, "checkpoint": checkpoint, "error": error,
-               "changes": changes, "path": path, "ops_section": "runs"}
+               "changes": changes, "preview_token": token, "path": path, "ops_section": "runs"}
     if state is not None:
         context.update(_browse(state, path))
     return render(request, "operator/edit_state.html", context, status=status)

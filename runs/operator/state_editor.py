@@ -5,6 +5,7 @@ makes, of the paths it touches only (never a diff of the whole document)."""
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 from dataclasses import dataclass
 
@@ -29,6 +30,14 @@ class Change:
     path: str
     lines: list[str]
     cut: int  # diff lines left out
+
+
+def preview_token(checkpoint: int, patch: list[dict]) -> str:
+    """Names the edit a preview showed: Confirm applies that edit only, so a path or
+    value changed after the preview is previewed again, not applied unseen (a guard
+    for the operator, not a secret: the operator may send any edit anyway)."""
+    text = json.dumps([checkpoint, patch], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def value_at(state, path: str):

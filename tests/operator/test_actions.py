@@ -7,7 +7,7 @@ import pytest
 
 from runs.models import AuditEntry, Effect, Run, RunEvent
 from tests.operator import agents
-from tests.operator.conftest import drive, in_doubt_run, launch
+from tests.operator.conftest import drive, edit_state, in_doubt_run, launch
 
 pytestmark = pytest.mark.django_db
 
@@ -175,8 +175,7 @@ def test_edit_state_makes_a_new_branch_left_paused(ops, users):
     assert state_of(run.pk) == before
     patch = [{"op": "replace", "path": "/i", "value": 2}, {"op": "replace", "path": "/total",
                                                           "value": 1000}]
-    response = ops.post(url, {**base, "json_patch": json.dumps(patch), "reason": "skip ahead"})
-    assert response.status_code == 302
+    assert edit_state(ops, run.pk, patch, "skip ahead").status_code == 302
     run.refresh_from_db()
     assert (run.status, run.branch) == ("paused", 2)
     act(ops, run, "resume", "continue")
@@ -192,10 +191,7 @@ def test_edit_state_of_a_running_run_is_refused(ops, users):
     drive(run.pk)
     Run.objects.filter(pk=run.pk).update(status="running", lease_owner="h:1:t")
     before = state_of(run.pk)
-    checkpoint = ops.get(f"/ops/runs/{run.pk}/state/").context["checkpoint"]
-    response = ops.post(f"/ops/runs/{run.pk}/state/", {
-        "checkpoint": checkpoint.number, "op": "replace", "path": "/i", "value": "0",
-        "reason": "x", "confirm": "1"})
+    response = edit_state(ops, run.pk, [{"op": "replace", "path": "/i", "value": 0}], "x")
     assert response.status_code == 409 and "pause it first" in response.content.decode()
     assert state_of(run.pk) == before
 

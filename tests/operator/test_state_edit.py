@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from runs import services
+from runs.durable.errors import StaleEditError
 from runs.models import AuditEntry, Checkpoint, Run
 from tests.support.big_state import latest_state, paused_run_with_big_state, state_bytes
 
@@ -32,9 +34,13 @@ def unchanged(run_id):
 
 
 def edit(ops, run, base, button="preview", **fields):
-    data = {"checkpoint": base.number, "op": "replace", "reason": "fix a title",
-            button: "1", **fields}
-    return ops.post(url(run), data)
+    """Preview the edit; with button="confirm", confirm what the preview showed."""
+    data = {"checkpoint": base.number, "op": "replace", "reason": "fix a title", **fields}
+    preview = ops.post(url(run), {**data, "preview": "1"})
+    if button == "preview" or preview.status_code != 200:
+        return preview
+    return ops.post(url(run), {**data, "confirm": "1",
+                               "previewed": preview.context["preview_token"]})
 
 
 def test_the_editor_shows_the_state_by_path_not_the_whole_document(ops, big_run):
@@ -107,7 +113,8 @@ def test_bad_paths_and_bad_json_are_form_errors_and_change_nothing(ops, big_run,
     checkpoint, before = latest_state(big_run)
     was = unchanged(big_run.pk)
     for fields, error in BAD_EDITS:
-        response = edit(ops, big_run, checkpoint, button=button, **fields)
+        data = {"checkpoint": checkpoint.number, "op": "replace", "reason": "r", **fields}
+        response = ops.post(url(big_run), {**data, button: "1", "previewed": "any"})
         body = response.content.decode()
         assert response.status_code == 400, fields
         assert error in body and 'id="edit-state-form"' in body, (fields, error)
@@ -117,14 +124,39 @@ def test_bad_paths_and_bad_json_are_form_errors_and_change_nothing(ops, big_run,
 
 def test_an_edit_prepared_on_an_older_checkpoint_is_refused(ops, big_run):
     checkpoint, _ = latest_state(big_run)
-    fields = {"path": "/pages/3/title", "value": '"first"'}
-    assert edit(ops, big_run, checkpoint, button="confirm", **fields).status_code == 302
+    data = {"checkpoint": checkpoint.number, "op": "replace", "path": "/pages/4/title",
+            "value": '"second"', "reason": "r"}
+    token = ops.post(url(big_run), {**data, "preview": "1"}).context["preview_token"]
+    # meanwhile another operator edits the state
+    assert edit(ops, big_run, checkpoint, button="confirm", path="/pages/3/title",
+                value='"first"').status_code == 302
     was = unchanged(big_run.pk)
-    stale = edit(ops, big_run, checkpoint, button="confirm", path="/pages/4/title",
-                 value='"second"')
+    stale = ops.post(url(big_run), {**data, "confirm": "1", "previewed": token})
     assert stale.status_code == 409 and "the state changed since it was shown" in \
         stale.content.decode()
+    assert stale.context["form"]["checkpoint"].value() == checkpoint.number + 1  # shown anew
     assert unchanged(big_run.pk) == was
+    # and the engine refuses it too, should the view's check be overtaken by a commit
+    with pytest.raises(StaleEditError):
+        services.run_patch_state(run_id=big_run.pk, checkpoint=checkpoint.number, user="op",
+                                 patch=[{"op": "remove", "path": "/frontier"}])
+    assert unchanged(big_run.pk) == was
+
+
+def test_confirm_applies_only_the_edit_that_was_previewed(ops, big_run):
+    checkpoint, before = latest_state(big_run)
+    data = {"checkpoint": checkpoint.number, "op": "replace", "path": "/pages/5/title",
+            "value": '"shown"', "reason": "r"}
+    token = ops.post(url(big_run), {**data, "preview": "1"}).context["preview_token"]
+    was = unchanged(big_run.pk)
+    changed = ops.post(url(big_run), {**data, "value": '"not shown"', "confirm": "1",
+                                      "previewed": token})
+    body = changed.content.decode()
+    assert changed.status_code == 200 and "The edit changed after its preview" in body
+    assert "+  &quot;title&quot;: &quot;not shown&quot;," in body  # its diff, to confirm
+    unpreviewed = ops.post(url(big_run), {**data, "confirm": "1"})
+    assert unpreviewed.status_code == 200 and 'id="edit-preview"' in unpreviewed.content.decode()
+    assert unchanged(big_run.pk) == was and latest_state(big_run)[1] == before
 
 
 def test_a_post_too_large_for_the_server_is_an_error_on_the_styled_form(ops, big_run, settings):

@@ -25,11 +25,21 @@ def path_edit(op: str, path: str, value=None) -> list[dict]:
         {"op": op, "path": path, "value": value}]
 
 
+def parse_patch(patch) -> jsonpatch.JsonPatch:
+    """The patch as the library's operations: a list of objects, each with a known
+    "op" and a "path" (StatePatchError otherwise); a missing "value" shows on applying."""
+    try:
+        return jsonpatch.JsonPatch(patch)
+    except jsonpatch.InvalidJsonPatch as exc:
+        raise StatePatchError(f"not a valid JSON Patch: {_short(exc)}",
+                              field=_first_path(patch)) from None
+
+
 def apply_patch(state: dict, patch) -> dict:
     """`state` with `patch` applied (the state itself is left as it is)."""
+    operations = parse_patch(patch)
     try:
-        # the library checks each operation's shape (op, path, value) before applying any
-        result = jsonpatch.JsonPatch(patch).apply(state, in_place=False)
+        result = operations.apply(state, in_place=False)
     except jsonpatch.InvalidJsonPatch as exc:
         raise StatePatchError(f"not a valid JSON Patch: {_short(exc)}",
                               field=_first_path(patch)) from None
@@ -49,8 +59,9 @@ def check_fresh(run_id: str, prepared_on: int | None, latest: int) -> None:
         raise StaleEditError(run_id, prepared_on, latest)
 
 
-def paths_of(patch: list[dict]) -> list[str]:
-    """The paths an applied patch touched, for the audit trail."""
+def paths_of(patch) -> list[str]:
+    """The paths a patch touches, for the audit trail (StatePatchError if it is no patch)."""
+    parse_patch(patch)
     return [op["path"] for op in patch]
 
 

@@ -42,9 +42,9 @@ from runs.durable import (
     serde,
 )
 from runs.durable import records as r
+from runs.durable.errors import StaleEditError, StatePatchError
 from runs.durable.executor import MAX_RECONNECTS
 from runs.durable.faults import InjectedFault, faults
-from runs.durable.errors import StaleEditError, StatePatchError
 from runs.durable.serde import decode_state
 
 from .agents_for_tests import ANSWER_SCHEMA, REG, REG_V2, WORLD, SimulatedCrash

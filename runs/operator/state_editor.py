@@ -83,8 +83,14 @@ def shown_text(value) -> tuple[str, bool]:
 
 
 def changes(before: dict, after: dict, patch: list[dict]) -> list[Change]:
-    """Per operation, a unified diff of the value at its path, before and after."""
-    return [_change(before, after, op) for op in patch]
+    """Per operation, a unified diff of the value at its path, before and after (and,
+    for a move, at the path it leaves)."""
+    shown = []
+    for op in patch:
+        shown.append(_change(before, after, op))
+        if op["op"] == "move":
+            shown.append(_change(before, after, {"op": "move (from)", "path": op["from"]}))
+    return shown
 
 
 def _change(before, after, op) -> Change:

@@ -78,16 +78,20 @@ def test_a_path_edit_on_a_2mb_state_applies_exactly_that_change_on_a_new_branch(
     assert len(json.dumps([audit.before, audit.after])) < 2000  # the patch, not the state
 
 
-def test_a_json_patch_adds_and_removes_in_one_edit(ops, big_run):
+def test_a_json_patch_adds_removes_and_moves_in_one_edit(ops, big_run):
     checkpoint, before = latest_state(big_run)
     patch = [{"op": "add", "path": "/frontier/-", "value": "https://site.test/new"},
-             {"op": "remove", "path": "/pages/0"}, {"op": "add", "path": "/note", "value": {}}]
+             {"op": "remove", "path": "/pages/0"}, {"op": "add", "path": "/note", "value": {}},
+             {"op": "move", "from": "/frontier/0", "path": "/seen"}]
+    preview = edit(ops, big_run, checkpoint, json_patch=json.dumps(patch)).content.decode()
+    assert "move (from)" in preview and "-  &quot;https://site.test/p/7300&quot;," in preview
     response = edit(ops, big_run, checkpoint, button="confirm", json_patch=json.dumps(patch))
     assert response.status_code == 302
     expected = copy.deepcopy(before)
     expected["frontier"].append("https://site.test/new")
     del expected["pages"][0]
     expected["note"] = {}
+    expected["seen"] = expected["frontier"].pop(0)
     assert latest_state(Run.objects.get(pk=big_run.pk))[1] == expected
 
 

@@ -13,3 +13,5 @@ urlpatterns = [
 
 if settings.AGENTOPS["SANDBOX"]:  # local mode, or AGENTOPS_SANDBOX=1 (docs/security.md)
     urlpatterns.insert(0, path("sandbox/", include("sandbox.urls")))
+
+handler400 = "runs.views.errors.bad_request"

@@ -7,6 +7,7 @@ from django import forms
 
 from runs.durable import registry
 from runs.durable.records import STATUSES
+from runs.durable.state_patch import path_edit
 from runs.forms import JSONTextField
 from runs.untrusted import is_run_id
 
@@ -102,6 +103,8 @@ class JSONField(JSONTextField):
         return f"{problem[:1].upper()}{problem[1:]}."
 
     def prepare_value(self, value):
+        if value is None:  # nothing given (no initial): an empty box, not the text "null"
+            return ""
         return value if isinstance(value, str) else super().prepare_value(value)
 
 
@@ -118,10 +121,58 @@ class ResolveForm(ReasonForm):
 
 
 class EditStateForm(ReasonForm):
-    state = JSONField(object_only=True, widget=forms.Textarea(attrs={"rows": 20, "cols": 80,
-                                                                      "spellcheck": "false"}),
-                      error_messages={"required": "The state cannot be empty."})
+    """One edit of the state at a path (a JSON Pointer), or a JSON Patch (RFC 6902):
+    never the whole document. `patch()` is the edit as a patch; whether it fits the
+    state is checked against the state (runs/durable/state_patch.py)."""
 
+    OPS = {"replace": "Replace the value at the path",
+           "add": "Add it at the path (a new key, or into an array; /- appends)",
+           "remove": "Remove the value at the path"}
+    checkpoint = forms.IntegerField(min_value=1, widget=forms.HiddenInput)
+    op = forms.ChoiceField(choices=list(OPS.items()), initial="replace", widget=forms.RadioSelect,
+                           label="Edit")
+    path = forms.CharField(required=False, strip=False, max_length=2000, label="Path",
+                           widget=forms.TextInput(attrs={"placeholder": "/pages/0/title",
+                                                         "spellcheck": "false",
+                                                         "class": "mono"}))
+    value = JSONField(required=False, label="New value (JSON)",
+                      widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false",
+                                                   "class": "mono"}))
+    json_patch = JSONField(required=False, label="Or a JSON Patch (RFC 6902)",
+                           widget=forms.Textarea(attrs={
+                               "rows": 4, "spellcheck": "false", "class": "mono",
+                               "placeholder": '[{"op": "replace", "path": "/a", "value": 1}]'}))
+
+    def clean_path(self):
+        path = self.cleaned_data["path"]
+        if path and not path.startswith("/"):
+            raise forms.ValidationError('A path starts with "/" (a JSON Pointer, e.g. '
+                                        '/pages/0/title); empty is the whole state.')
+        return path
+
+    def clean_json_patch(self):
+        patch = self.cleaned_data["json_patch"]
+        if patch is not None and (not isinstance(patch, list) or not patch):
+            raise forms.ValidationError("A JSON Patch is a non-empty list of operations.")
+        return patch
+
+    def clean(self):
+        data = super().clean()
+        if (data.get("json_patch") is None and data.get("op") != "remove"
+                and not (self.data.get(self.add_prefix("value")) or "").strip()
+                and "value" not in self.errors):
+            self.add_error("value", "Give the new value (JSON: null, 3, \"text\", {...}).")
+        return data
+
+    def patch(self) -> list[dict]:
+        data = self.cleaned_data
+        if data["json_patch"] is not None:
+            return data["json_patch"]
+        return path_edit(data["op"], data["path"], data["value"])
+
+    def confirmed(self, previewed: str) -> bool:
+        """Confirm was pressed on the preview of this very edit."""
+        return "confirm" in self.data and self.data.get("previewed") == previewed
 
 class BulkActionForm(ReasonForm):
     ACTIONS = {"pause": "Pause", "resume": "Resume", "cancel": "Cancel",

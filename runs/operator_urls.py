@@ -1,6 +1,6 @@
 from django.urls import path
 
-from runs.operator import actions, views
+from runs.operator import actions, state_edit, views
 
 app_name = "operator"
 urlpatterns = [
@@ -14,5 +14,5 @@ urlpatterns = [
     path("runs/<run_id:run_id>/act/", actions.act, name="act"),
     path("runs/<run_id:run_id>/rollback/", actions.rollback, name="rollback"),
     path("runs/<run_id:run_id>/resolve/", actions.resolve, name="resolve"),
-    path("runs/<run_id:run_id>/state/", actions.edit_state, name="edit_state"),
+    path("runs/<run_id:run_id>/state/", state_edit.edit_state, name="edit_state"),
 ]

@@ -83,6 +83,13 @@ def run_edit_state(*, run_id: str, state, user, reason: str = "") -> Run:
                                      reason=reason))
 
 
+def run_patch_state(*, run_id: str, patch: list, user, reason: str = "",
+                    checkpoint: int | None = None) -> Run:
+    """Edit the state by a JSON Patch on `checkpoint` (the one the operator looked at)."""
+    return _after(control.patch_state(store(), run_id, patch=patch, actor=_actor(user),
+                                      reason=reason, checkpoint=checkpoint))
+
+
 def run_provide_input(*, run_id: str, value, user) -> Run:
     return _after(control.provide_input(store(), run_id, value=value, actor=_actor(user)))
 

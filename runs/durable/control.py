@@ -26,6 +26,7 @@ from .errors import (
 from .registry import AgentRegistry, validate_inputs
 from .registry import registry as default_registry
 from .serde import check_serializable, checkpoint_state, dumps, encode_state
+from .state_patch import apply_patch, check_fresh, paths_of
 
 ATTEMPTS = 5
 RESOLUTIONS = ("done", "retry", "skip")
@@ -147,15 +148,38 @@ def edit_state(store, run_id: str, *, state, actor: str, reason: str = "") -> r.
     if not isinstance(state, dict):
         raise InputValidationError("the state must be a JSON object")
     check_serializable(state)
+    return _edit(store, run_id, lambda latest, current: state, actor, reason)
 
+
+def patch_state(store, run_id: str, *, patch, actor: str, reason: str = "",
+                checkpoint: int | None = None) -> r.RunRecord:
+    """Edit the working state by a JSON Patch (RFC 6902), applied to the latest
+    checkpoint's state: a new checkpoint on a new branch; the run is left paused.
+    `checkpoint`: the checkpoint the edit was prepared on; if it is no longer the
+    latest, the edit is refused (StaleEditError) rather than applied to another state.
+    The audit entry holds the patch, not the state."""
+    def edited(latest, current):
+        check_fresh(run_id, checkpoint, latest.number)
+        state = apply_patch(current(), patch)
+        check_serializable(state)
+        return state
+    return _edit(store, run_id, edited, actor, reason,
+                 details={"checkpoint": checkpoint, "paths": paths_of(patch), "patch": patch})
+
+
+def _edit(store, run_id, edited, actor, reason, details=None) -> r.RunRecord:
+    """`edited(latest, current)`: the new state, from the latest checkpoint and a
+    function that decodes its state (read only by an edit that needs it)."""
     def decide(run):
         if run.status == r.RUNNING and run.lease_owner:
             raise InvalidTransitionError("edit the state of", run.status, "pause it first")
-        latest = store.load(run_id).checkpoint
+        loaded = store.load(run_id)
+        latest = loaded.checkpoint
         if latest is None:
             raise InvalidTransitionError("fork", run.status, "the run has no checkpoint yet")
+        state = edited(latest, lambda: checkpoint_state(latest, [*loaded.bases, latest]))
         return _fork(run, _forks(store, run_id), latest, state, status=r.PAUSED, reason="edit")
-    return _act(store, run_id, "edit_state", actor, reason, decide)
+    return _act(store, run_id, "edit_state", actor, reason, decide, details=details)
 
 
 def resolve_effect(store, run_id: str, *, seq: int, resolution: str, actor: str, reason: str = "",

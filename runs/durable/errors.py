@@ -152,3 +152,20 @@ def _describe(call: dict) -> str:
     if not call:
         return "nothing"
     return f"{call.get('kind', 'call')} {call.get('tool', '?')}({call.get('args_preview', '')})"
+
+
+class StatePatchError(InputValidationError):
+    """A JSON Patch (RFC 6902) that does not apply to the state it is meant for: a path
+    that is not there (or whose parent is not, for "add"), a failed "test", a malformed
+    operation, or a result that is not a JSON object. `field` is the operation's path."""
+
+
+class StaleEditError(DurableError):
+    """An edit was prepared on a checkpoint that is no longer the run's latest."""
+
+    def __init__(self, run_id: str, expected: int, latest: int):
+        self.run_id = run_id
+        self.expected = expected
+        self.latest = latest
+        super().__init__(f"the state changed since it was shown: the edit was made on "
+                         f"checkpoint {expected}, the latest is now {latest}; look again")

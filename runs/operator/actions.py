@@ -16,7 +16,6 @@ from runs.operator import selectors
 from runs.operator.views import operator_required, run_context
 from runs.operator_forms import (
     BulkActionForm,
-    EditStateForm,
     ResolveForm,
     RollbackForm,
     RunActionForm,
@@ -116,31 +115,6 @@ def resolve(request, run_id):
     return redirect("operator:run", run_id=run.pk)
 
 
-@require_http_methods(["GET", "POST"])
-@operator_required
-def edit_state(request, run_id):
-    """A JSON editor over the latest checkpoint; saving forks a new branch, left paused."""
-    run = get_object_or_404(Run.objects.select_related("owner"), pk=run_id)
-    checkpoint, state = selectors.latest_state(run)
-    form = EditStateForm(request.POST or None, initial={"state": state})
-    error = None
-    if request.method == "POST" and form.is_valid():
-        try:
-            services.run_edit_state(run_id=run.pk, state=form.cleaned_data["state"],
-                                    user=request.user, reason=form.cleaned_data["reason"])
-        except DurableError as exc:
-            error = str(exc)
-        else:
-            run.refresh_from_db()
-            messages.success(request, f"State saved as a new checkpoint on branch {run.branch}; "
-                                      "the run is paused: resume it when ready.")
-            return redirect("operator:run", run_id=run.pk)
-    status = 200 if request.method == "GET" else (409 if error else 400)
-    return render(request, "operator/edit_state.html",
-                  {"run": run, "form": form, "checkpoint": checkpoint, "error": error},
-                  status=status)
-
-
 @require_POST
 @operator_required
 def bulk(request):
@@ -191,4 +165,4 @@ def _int(value):
         return None
 
 
-__all__ = ["act", "bulk", "edit_state", "resolve", "rollback", "run_context"]
+__all__ = ["act", "bulk", "resolve", "rollback", "run_context"]

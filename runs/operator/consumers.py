@@ -166,6 +166,10 @@ class OperatorConsumer(LiveConsumer):
     async def still_operator(self) -> bool:
         return await database_sync_to_async(is_operator)(self.user_id)
 
+    async def may_view(self, user) -> bool:
+        # runs/live_access.py asks again whenever the user's access changes
+        return await database_sync_to_async(is_operator)(user.pk)
+
     async def started(self):
         pass
 

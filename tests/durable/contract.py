@@ -42,6 +42,7 @@ from runs.durable import (
     serde,
 )
 from runs.durable import records as r
+from runs.durable.errors import StaleEditError, StatePatchError
 from runs.durable.executor import MAX_RECONNECTS
 from runs.durable.faults import InjectedFault, faults
 from runs.durable.serde import decode_state
@@ -877,6 +878,32 @@ class StoreContract:
         assert self.execute(store, run.id) == Outcome.SUCCEEDED
         assert store.load(run.id).run.output == {"out": ["edited", "v1:3", "v1:4"],
                                                  "resumed": 1}
+
+    def test_patch_state_applies_a_json_patch_to_the_latest_state_and_audits_the_patch(
+            self, store, read_audit):
+        run = self._yield_after_one_step(store)
+        control.pause(store, run.id, actor="op")
+        latest = store.load(run.id).checkpoint
+        before = decode_state(latest.blob, latest.codec)
+        for bad in ([{"op": "replace", "path": "/nope/x", "value": 1}],
+                    [{"op": "replace", "path": "", "value": [1]}], [{"op": "what"}], "x"):
+            with pytest.raises(StatePatchError):
+                control.patch_state(store, run.id, patch=bad, actor="op")
+        with pytest.raises(StaleEditError):
+            control.patch_state(store, run.id, patch=[{"op": "remove", "path": "/out"}],
+                                actor="op", checkpoint=latest.number + 5)
+        assert (store.get(run.id).branch, len(read_audit(run.id))) == (1, 1)  # the pause only
+        patch = [{"op": "replace", "path": "/i", "value": 2},
+                 {"op": "add", "path": "/out/-", "value": "edited"}]
+        after = control.patch_state(store, run.id, patch=patch, actor="op", reason="fix",
+                                    checkpoint=latest.number)
+        assert (after.status, after.branch) == (r.PAUSED, 2)
+        edited = store.load(run.id).checkpoint
+        assert decode_state(edited.blob, edited.codec) == {
+            **before, "i": 2, "out": [*before["out"], "edited"]}
+        audit = read_audit(run.id)[-1]
+        assert (audit.action, audit.after["paths"], audit.after["patch"]) == (
+            "edit_state", ["/i", "/out/-"], patch)
 
     # --- sleep and input ----------------------------------------------------------------------
     def test_a_long_sleep_frees_the_worker_until_its_timer_is_due(self, store, clock):

@@ -33,6 +33,18 @@ def launch(user, agent: str = "ledger", **inputs) -> Run:
     return services.run_launch(user=user, agent=agent, inputs=inputs)
 
 
+def edit_state(ops, run_id: str, patch: list, reason: str):
+    """Edit a run's state through the editor as an operator does: preview, then confirm."""
+    import json
+
+    url = f"/ops/runs/{run_id}/state/"
+    data = {"checkpoint": ops.get(url).context["checkpoint"].number, "op": "replace",
+            "json_patch": json.dumps(patch), "reason": reason}
+    preview = ops.post(url, {**data, "preview": "1"})
+    assert preview.status_code == 200, preview.content.decode()[-2000:]
+    return ops.post(url, {**data, "confirm": "1", "previewed": preview.context["preview_token"]})
+
+
 def config(owner: str = "testhost:4242:tok") -> WorkerConfig:
     # A lease far longer than any test: the renewal thread never writes.
     return WorkerConfig(owner=owner, lease_seconds=1000, slice_seconds=1e9)

@@ -7,7 +7,7 @@ import pytest
 
 from runs.models import AuditEntry, Effect, Run, RunEvent
 from tests.operator import agents
-from tests.operator.conftest import drive, in_doubt_run, launch
+from tests.operator.conftest import drive, edit_state, in_doubt_run, launch
 
 pytestmark = pytest.mark.django_db
 
@@ -165,14 +165,17 @@ def test_edit_state_makes_a_new_branch_left_paused(ops, users):
     assert editor.status_code == 200 and "&quot;total&quot;" in editor.content.decode()
     url = f"/ops/runs/{run.pk}/state/"
     before = state_of(run.pk)
-    for bad, error in [("{not json", "Not valid JSON"), ("[1, 2]", "must be a JSON object"),
-                       ("", "cannot be empty")]:
-        response = ops.post(url, {"state": bad, "reason": "fix"})
+    base = {"checkpoint": editor.context["checkpoint"].number, "op": "replace", "reason": "fix",
+            "confirm": "1"}
+    for bad, error in [({"path": "/i", "value": "{not json"}, "Not valid JSON"),
+                       ({"path": "", "value": "[1, 2]"}, "must stay a JSON object"),
+                       ({"path": "/i", "value": ""}, "Give the new value")]:
+        response = ops.post(url, {**base, **bad})
         assert response.status_code == 400 and error in response.content.decode(), bad
     assert state_of(run.pk) == before
-    new_state = {"i": 2, "n": 4, "delay": 0, "charge": False, "total": 1000}
-    response = ops.post(url, {"state": json.dumps(new_state), "reason": "skip ahead"})
-    assert response.status_code == 302
+    patch = [{"op": "replace", "path": "/i", "value": 2}, {"op": "replace", "path": "/total",
+                                                          "value": 1000}]
+    assert edit_state(ops, run.pk, patch, "skip ahead").status_code == 302
     run.refresh_from_db()
     assert (run.status, run.branch) == ("paused", 2)
     act(ops, run, "resume", "continue")
@@ -188,7 +191,7 @@ def test_edit_state_of_a_running_run_is_refused(ops, users):
     drive(run.pk)
     Run.objects.filter(pk=run.pk).update(status="running", lease_owner="h:1:t")
     before = state_of(run.pk)
-    response = ops.post(f"/ops/runs/{run.pk}/state/", {"state": "{}", "reason": "x"})
+    response = edit_state(ops, run.pk, [{"op": "replace", "path": "/i", "value": 0}], "x")
     assert response.status_code == 409 and "pause it first" in response.content.decode()
     assert state_of(run.pk) == before
 

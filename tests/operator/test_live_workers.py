@@ -10,6 +10,7 @@ import pytest
 
 from runs import services
 from runs.models import AuditEntry, Effect, Run, RunEvent
+from tests.operator.conftest import edit_state
 from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
@@ -67,11 +68,9 @@ def test_controls_on_running_runs(start_cluster, ops, users):
     # edit the state: pause first, then jump ahead so that it finishes soon
     act(ops, run.pk, "pause", "edit")
     wait_until(lambda: status(run.pk) == "paused", 2.0, 0.02, message="paused again")
-    response = ops.get(f"/ops/runs/{run.pk}/state/")
-    state = json.loads(response.context["form"]["state"].value())
-    state.update(i=395, total=-1)
-    response = ops.post(f"/ops/runs/{run.pk}/state/", {"state": json.dumps(state),
-                                                        "reason": "skip ahead"})
+    patch = [{"op": "replace", "path": "/i", "value": 395},
+             {"op": "replace", "path": "/total", "value": -1}]
+    response = edit_state(ops, run.pk, patch, "skip ahead")
     assert response.status_code == 302
     act(ops, run.pk, "resume", "finish")
     wait_until(lambda: status(run.pk) == "succeeded", 30, message="finished")

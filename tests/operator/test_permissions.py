@@ -32,7 +32,8 @@ def actions(run_id):
         (f"/ops/runs/{run_id}/act/", {**reason, "action": "give_up"}),
         (f"/ops/runs/{run_id}/rollback/", {**reason, "checkpoint": 1, "then": "resume"}),
         (f"/ops/runs/{run_id}/resolve/", {**reason, "seq": 1, "resolution": "done"}),
-        (f"/ops/runs/{run_id}/state/", {**reason, "state": '{"i": 0}'}),
+        (f"/ops/runs/{run_id}/state/", {**reason, "checkpoint": 1, "op": "replace", "path": "/i",
+                                          "value": "0", "confirm": "1"}),
         ("/ops/runs/bulk/", {**reason, "action": "cancel", "run": [run_id]}),
     ]
 

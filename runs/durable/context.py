@@ -16,7 +16,7 @@ from . import records as r
 from .errors import InDoubtEffectError, NonDeterminismError, ToolFailedError
 from .faults import faults
 from .registry import Tool
-from .retry import retry_after, retryable
+from .retry import outcome_unknown, retry_after, retryable
 from .serde import check_serializable, digest, preview
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -175,6 +175,9 @@ class RunContext:
                     raise self._retry_later(record, exc, wait) from exc
                 time.sleep(wait)
                 session.ensure_lease()
+        if error is not None and outcome_unknown(error, idempotent=tool.idempotent) \
+                and not self._live:
+            raise self._in_doubt(record, error) from error
         record.finished_at = time.time()
         record.resolution = ""
         if error is None:
@@ -187,6 +190,17 @@ class RunContext:
         if error is not None:
             raise _tool_error(record) from error
         return result
+
+    def _in_doubt(self, record: r.EffectRecord, exc: Exception) -> InDoubtEffectError:
+        """Halt the run on a call that may have happened: its intent stays without an
+        outcome (with the error, for the operator), as if the worker had died in it."""
+        record.status, record.resolution = r.INTENT, ""
+        record.error = error_data(exc, permanent=False)
+        self._session.log_effect(record)
+        error = InDoubtEffectError(position=record.position, tool=record.tool, key=record.key,
+                                   error=describe_error(exc))
+        error.record = record
+        return self._session.halt(error)
 
     def _next_wait(self, tool: Tool, record: r.EffectRecord, exc: Exception) -> float | None:
         """Seconds until the next attempt, or None: the error is final. Each failed

@@ -111,5 +111,16 @@ def retryable(exc: BaseException, *, idempotent: bool) -> bool:
     return isinstance(exc, TransientToolError) and not exc.reached_target
 
 
+def outcome_unknown(exc: BaseException, *, idempotent: bool) -> bool:
+    """Whether a failed call of a non-idempotent tool may still have happened.
+
+    A `TransientToolError` that may have reached the target (a read timeout, a
+    dropped connection after sending, a 5xx) does not say the call failed: it says
+    nobody knows. Such a call is in doubt, exactly like one cut short by a crash.
+    Any other error is the tool's own word that the call failed."""
+    return (not idempotent and isinstance(exc, TransientToolError)
+            and exc.reached_target)
+
+
 def retry_after(exc: BaseException) -> float | None:
     return exc.retry_after if isinstance(exc, TransientToolError) else None

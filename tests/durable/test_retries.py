@@ -340,13 +340,24 @@ def test_retry_now_and_give_up_refuse_a_run_that_is_not_waiting_to_retry():
     assert store.audit[run_id] == []
 
 
-def test_a_non_idempotent_call_that_may_have_reached_the_target_is_not_retried():
+@pytest.mark.parametrize("resolution, sent", [("done", 1), ("skip", 1), ("retry", 2)])
+def test_a_non_idempotent_call_that_may_have_reached_the_target_is_in_doubt(resolution, sent):
+    """Not an error the agent (or a later resume) could send again: the operator decides."""
     store = MemoryStore()
     run_id = launch(store, "sender")
     fail_next("send", TransientToolError("read timeout"))  # sent; whether it landed is unknown
+    assert execute(store, run_id) == Outcome.NEEDS_ATTENTION
+    attention = store.get(run_id).attention
+    assert (attention["kind"], attention["tool"]) == ("in_doubt", "t.send")
+    assert "read timeout" in attention["error"] and "read timeout" in attention["message"]
+    effect = the_effect(store, run_id, "t.send")
+    assert (effect.status, effect.attempts) == (r.INTENT, 1)
+    with pytest.raises(InvalidTransitionError, match="in-doubt"):
+        control.resume(store, run_id, actor="op")
+    control.resolve_effect(store, run_id, seq=attention["seq"], resolution=resolution,
+                           actor="op", result={"sent": "hello"})
     assert execute(store, run_id) == Outcome.SUCCEEDED
-    assert store.get(run_id).output["attempts"] == 1
-    assert TARGET["sent"]["hello"] == 1
+    assert TARGET["sent"]["hello"] == sent
 
 
 def refused_then_due(store) -> str:

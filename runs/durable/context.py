@@ -16,7 +16,7 @@ from . import records as r
 from .errors import InDoubtEffectError, NonDeterminismError, ToolFailedError
 from .faults import faults
 from .registry import Tool
-from .retry import outcome_unknown, retry_after, retryable
+from .retry import LONGEST_WAIT, outcome_unknown, retry_after, retryable
 from .serde import check_serializable, digest, preview
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,10 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
 # A sleep shorter than this blocks the worker instead of releasing it: the
 # round trip through the sweep would cost more than the sleep itself.
 INLINE_SLEEP_SECONDS = 1.0
-# The longest ctx.sleep: a century. Longer is a bug in the agent (a wake time past what
-# a store's timestamps hold), better a clear failure of the step than a run left as a
-# crash because its timer could not be written.
-MAX_SLEEP_SECONDS = 100 * 365 * 86400.0
+MAX_SLEEP_SECONDS = LONGEST_WAIT
 
 
 class Suspend(BaseException):

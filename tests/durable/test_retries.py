@@ -3,6 +3,7 @@ long waits as durable timers that free the worker, and the operator's retry now 
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 
@@ -27,7 +28,7 @@ from runs.durable import (
 from runs.durable import context as context_module
 from runs.durable import records as r
 from runs.durable.memory import MemoryStore
-from runs.durable.retry import RETRY_AFTER_LIMIT
+from runs.durable.retry import LONGEST_WAIT, RETRY_AFTER_LIMIT
 from tests.support.processes import wait_until
 
 REG = AgentRegistry()
@@ -197,6 +198,22 @@ def test_a_retry_after_beyond_any_sane_wait_is_capped():
 def test_a_policy_that_makes_no_sense_is_refused(bad):
     with pytest.raises(ValueError):
         Retry(**bad)
+
+
+@pytest.mark.parametrize("bad", [dict(maximum_interval=1e12), dict(maximum_interval=math.inf),
+                                 dict(initial_interval=math.nan),
+                                 dict(initial_interval=1e12, maximum_interval=1e12),
+                                 dict(backoff_coefficient=math.nan)])
+def test_a_policy_that_would_make_an_unwritable_wake_time_is_refused(bad):
+    """A wait of 1e12 s wakes past the year 9999, which no store's timestamp holds; a NaN
+    wait wakes never. Refused when the policy is made, naming the field."""
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        Retry(**bad)
+
+
+def test_the_longest_policy_wait_is_the_longest_sleep():
+    policy = Retry(initial_interval=LONGEST_WAIT, maximum_interval=LONGEST_WAIT, jitter=0)
+    assert policy.backoff(1) == LONGEST_WAIT == context_module.MAX_SLEEP_SECONDS
 
 
 # --- the engine ------------------------------------------------------------------------------

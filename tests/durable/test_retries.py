@@ -348,6 +348,19 @@ def test_give_up_fails_the_call_as_a_tool_error_the_agent_sees():
     assert [a.action for a in store.audit[run_id]] == ["give_up"]
 
 
+def test_a_run_cancelled_while_waiting_to_retry_no_longer_says_it_is_retrying():
+    store = MemoryStore()
+    run_id = launch(store, "fetcher", url="u")
+    fail_next("fetch", unavailable(retry_after=600))
+    assert execute(store, run_id) == Outcome.WAITING
+    assert store.get(run_id).attention["kind"] == "retry"
+    run = control.cancel(store, run_id, actor="op", reason="not needed")
+    assert (run.status, run.attention, run.wake_at) == (r.CANCELLED, None, None)
+    assert store.get(run_id).attention is None
+    with pytest.raises(InvalidTransitionError):
+        control.retry_now(store, run_id, actor="op")
+
+
 def test_retry_now_and_give_up_refuse_a_run_that_is_not_waiting_to_retry():
     store = MemoryStore()
     run_id = launch(store, "quick")

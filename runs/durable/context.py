@@ -169,6 +169,7 @@ class RunContext:
                 if wait is None:
                     break
                 if wait > INLINE_SLEEP_SECONDS:
+                    faults.hit("before_retry_wait", tag)
                     raise self._retry_later(record, exc, wait) from exc
                 time.sleep(wait)
                 session.ensure_lease()

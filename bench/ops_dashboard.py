@@ -142,7 +142,7 @@ def main():
         "agent=crawl": "/ops/?agent=crawl",
         "owner=user7": "/ops/?owner=user7",
         "worker=worker-3": "/ops/?worker=worker-3",
-        "stalled 10 min": "/ops/?stalled=10",
+        "stalled": "/ops/?stalled=any",
         "search run id": f"/ops/?q={sample[:10]}",
         "search owner": "/ops/?q=user3",
         "sort oldest": "/ops/?sort=created",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django import forms
 
+from runs import stalls
 from runs.durable import registry
 from runs.durable.records import STATUSES
 from runs.durable.state_patch import path_edit
@@ -21,6 +22,14 @@ SORTS = {
     "created": "oldest first",
 }
 
+STALLED_CHOICES = [
+    ("", "stalled or not"),
+    ("any", "stalled (any reason)"),
+    (stalls.LEASE_LOST, "stalled: lease holder gone"),
+    (stalls.SILENT, "stalled: no progress"),
+    (stalls.UNCLAIMED, "stalled: no worker claims it"),
+]
+
 
 class RunFilterForm(forms.Form):
     q = forms.CharField(required=False, max_length=100, label="Search",
@@ -33,8 +42,8 @@ class RunFilterForm(forms.Form):
     worker = forms.CharField(required=False, max_length=200,
                              widget=forms.TextInput(attrs={"placeholder": "host or host:pid"}))
     attention = forms.BooleanField(required=False, label="needs attention")
-    stalled = forms.IntegerField(required=False, min_value=1, max_value=7 * 24 * 60,
-                                 label="stalled for (minutes)")
+    # The stall rule's own kinds (runs/stalls.py), not a second rule of "quiet for N minutes".
+    stalled = forms.ChoiceField(required=False, label="stalled", choices=STALLED_CHOICES)
     sort = forms.ChoiceField(required=False, choices=list(SORTS.items()))
 
     def __init__(self, *args, **kwargs):

@@ -112,18 +112,27 @@ def _timer_unclaimed(row: dict, now: datetime, within: Limits) -> Stall | None:
     return Stall(UNCLAIMED, due, f"timer due {span(now - due)} ago, no worker claimed it")
 
 
-def stalled_q(now: datetime | None = None, within: Limits | None = None) -> Q:
-    """stall_of as a filter: the runs for which it is not None."""
+KINDS = (LEASE_LOST, SILENT, UNCLAIMED)
+
+
+def stalled_q(now: datetime | None = None, within: Limits | None = None,
+              kind: str | None = None) -> Q:
+    """stall_of as a filter: the runs for which it is not None (and of `kind`, if given)."""
     now, within = now or timezone.now(), within or limits()
     held = Q(lease_owner__isnull=False)
     lease_lost = held & Q(lease_expires_at__lt=now - within.lease_grace)
     lease_fresh = Q(lease_expires_at__isnull=True) | Q(lease_expires_at__gte=now - within.lease_grace)
-    silent = Q(status=r.RUNNING) & held & lease_fresh & _silent_q(now, within)
-    unclaimed = ~held & (Q(status=r.QUEUED, updated_at__lt=now - within.unclaimed)
-                         | Q(status=r.RUNNING, updated_at__lt=now - within.lease_grace))
-    timer_unclaimed = Q(status=r.WAITING, wake_at__isnull=False) & (
-        (~held & Q(wake_at__lt=now - within.unclaimed)) | lease_lost)
-    return (Q(status__in=STALLABLE) & (lease_lost | silent | unclaimed)) | timer_unclaimed
+    active, timer = Q(status__in=STALLABLE), Q(status=r.WAITING, wake_at__isnull=False)
+    by_kind = {
+        LEASE_LOST: (active | timer) & lease_lost,
+        SILENT: Q(status=r.RUNNING) & held & lease_fresh & _silent_q(now, within),
+        UNCLAIMED: ~held & (Q(status=r.QUEUED, updated_at__lt=now - within.unclaimed)
+                            | Q(status=r.RUNNING, updated_at__lt=now - within.lease_grace)
+                            | (timer & Q(wake_at__lt=now - within.unclaimed))),
+    }
+    if kind is not None:
+        return by_kind[kind]
+    return by_kind[LEASE_LOST] | by_kind[SILENT] | by_kind[UNCLAIMED]
 
 
 def _silent_q(now: datetime, within: Limits) -> Q:

@@ -16,7 +16,7 @@ from . import records as r
 from .errors import InDoubtEffectError, NonDeterminismError, ToolFailedError
 from .faults import faults
 from .registry import Tool
-from .retry import retry_after, retryable
+from .retry import LONGEST_WAIT, outcome_unknown, retry_after, retryable
 from .serde import check_serializable, digest, preview
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,10 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
 # A sleep shorter than this blocks the worker instead of releasing it: the
 # round trip through the sweep would cost more than the sleep itself.
 INLINE_SLEEP_SECONDS = 1.0
-# The longest ctx.sleep: a century. Longer is a bug in the agent (a wake time past what
-# a store's timestamps hold), better a clear failure of the step than a run left as a
-# crash because its timer could not be written.
-MAX_SLEEP_SECONDS = 100 * 365 * 86400.0
+MAX_SLEEP_SECONDS = LONGEST_WAIT
 
 
 class Suspend(BaseException):
@@ -172,9 +169,13 @@ class RunContext:
                 if wait is None:
                     break
                 if wait > INLINE_SLEEP_SECONDS:
+                    faults.hit("before_retry_wait", tag)
                     raise self._retry_later(record, exc, wait) from exc
                 time.sleep(wait)
                 session.ensure_lease()
+        if error is not None and outcome_unknown(error, idempotent=tool.idempotent) \
+                and not self._live:
+            raise self._in_doubt(record, error) from error
         record.finished_at = time.time()
         record.resolution = ""
         if error is None:
@@ -187,6 +188,17 @@ class RunContext:
         if error is not None:
             raise _tool_error(record) from error
         return result
+
+    def _in_doubt(self, record: r.EffectRecord, exc: Exception) -> InDoubtEffectError:
+        """Halt the run on a call that may have happened: its intent stays without an
+        outcome (with the error, for the operator), as if the worker had died in it."""
+        record.status, record.resolution = r.INTENT, ""
+        record.error = error_data(exc, permanent=False)
+        self._session.log_effect(record)
+        error = InDoubtEffectError(position=record.position, tool=record.tool, key=record.key,
+                                   error=describe_error(exc))
+        error.record = record
+        return self._session.halt(error)
 
     def _next_wait(self, tool: Tool, record: r.EffectRecord, exc: Exception) -> float | None:
         """Seconds until the next attempt, or None: the error is final. Each failed

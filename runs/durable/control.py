@@ -115,7 +115,9 @@ def cancel(store, run_id: str, *, actor: str, reason: str = "") -> r.RunRecord:
             return r.Commit(run={"control": r.CANCEL}, events=[("control", {"action": "cancel"})])
         if run.status in r.FINAL_STATUSES:
             raise InvalidTransitionError("cancel", run.status)
-        return r.Commit(run={"status": r.CANCELLED, "control": None, "wake_at": None},
+        # What it waited for (a retry, an answer) or needed is over: no attention left.
+        return r.Commit(run={"status": r.CANCELLED, "control": None, "wake_at": None,
+                             "attention": None},
                         events=[("status", {"status": r.CANCELLED, "reason": "cancelled"})],
                         take_over=True)
     return _act(store, run_id, "cancel", actor, reason, decide)

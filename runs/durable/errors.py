@@ -60,14 +60,17 @@ class NonDeterminismError(DurableError):
 class InDoubtEffectError(DurableError):
     """A non-idempotent call started and may or may not have happened."""
 
-    def __init__(self, *, position: tuple, tool: str, key: str):
+    def __init__(self, *, position: tuple, tool: str, key: str, error: str = ""):
         self.position = position
         self.tool = tool
         self.key = key
+        self.error = error  # the transient error after which nobody knows, if any
         self.record = None  # the logged intent, set by the context
+        what = (f"failed with {error!r}, which may have been after it reached the target"
+                if error else "started but its outcome was never logged")
         super().__init__(
-            f"call {tool} (key {key}) started but its outcome was never logged; it is not "
-            "idempotent, so it is not retried: an operator must decide (done / retry / skip)"
+            f"call {tool} (key {key}) {what}; it is not idempotent, so it is not retried: "
+            "an operator must decide (done / retry / skip)"
         )
 
 

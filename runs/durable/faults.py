@@ -18,6 +18,7 @@ import time
 POINTS = (
     "before_effect",             # the intent is logged, the tool not yet called
     "after_effect_before_log",   # the tool ran, its result is not logged
+    "before_retry_wait",         # an attempt failed, its durable retry wait not yet written
     "after_checkpoint_before_event",  # inside the checkpoint's transaction
     "after_checkpoint",          # the checkpoint committed
     "lease_renewal",             # the renewal thread, before it writes

@@ -19,6 +19,10 @@ from .errors import PermanentToolError, StateNotSerializableError, TransientTool
 # or broken server, "1e400", a date in the year 9999) would park a run for years, or
 # past what a wake time can hold; an operator can still give up or retry now.
 RETRY_AFTER_LIMIT = 86400.0
+# The longest durable timer (a retry's wait, a ctx.sleep): a century. A longer one is
+# a bug, better refused at once than a wake time past what a store's timestamps hold
+# (the year 9999), which would leave the run as a crash again and again.
+LONGEST_WAIT = 100 * 365 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -45,9 +49,12 @@ class Retry:
     jitter: float = 0.1
 
     def __post_init__(self):
-        if self.initial_interval < 0 or self.maximum_interval < 0:
-            raise ValueError("retry intervals must not be negative")
-        if self.backoff_coefficient < 1:
+        for name in ("initial_interval", "maximum_interval"):
+            value = getattr(self, name)
+            if not 0 <= value <= LONGEST_WAIT:  # also refuses NaN
+                raise ValueError(f"{name} must be a number of seconds from 0 to "
+                                 f"{LONGEST_WAIT:.0f} (a century), not {value!r}")
+        if not self.backoff_coefficient >= 1:  # also refuses NaN
             raise ValueError("backoff_coefficient must be at least 1")
         if self.maximum_attempts is not None and self.maximum_attempts < 1:
             raise ValueError("maximum_attempts must be at least 1 (or None: unlimited)")
@@ -109,6 +116,17 @@ def retryable(exc: BaseException, *, idempotent: bool) -> bool:
     if idempotent:
         return True
     return isinstance(exc, TransientToolError) and not exc.reached_target
+
+
+def outcome_unknown(exc: BaseException, *, idempotent: bool) -> bool:
+    """Whether a failed call of a non-idempotent tool may still have happened.
+
+    A `TransientToolError` that may have reached the target (a read timeout, a
+    dropped connection after sending, a 5xx) does not say the call failed: it says
+    nobody knows. Such a call is in doubt, exactly like one cut short by a crash.
+    Any other error is the tool's own word that the call failed."""
+    return (not idempotent and isinstance(exc, TransientToolError)
+            and exc.reached_target)
 
 
 def retry_after(exc: BaseException) -> float | None:

@@ -196,6 +196,7 @@ class RunSession:
                 return self._attention("in_doubt", str(exc), {
                     "position": list(exc.position), "seq": exc.position[2],
                     "step_no": exc.position[1], "tool": exc.tool, "key": exc.key,
+                    "error": exc.error,
                     "args_preview": recorded.args_preview if recorded else "",
                     "started_at": recorded.started_at if recorded else None,
                     "worker": recorded.worker if recorded else ""})

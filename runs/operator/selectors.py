@@ -40,8 +40,8 @@ def filtered_runs(filters: dict, *, now: datetime | None = None) -> QuerySet:
     if filters.get("worker"):
         runs = runs.filter(lease_owner__startswith=filters["worker"])
     if filters.get("stalled"):
-        since = (now or timezone.now()) - timedelta(minutes=filters["stalled"])
-        runs = runs.filter(status__in=stalls.STALLABLE, updated_at__lt=since)
+        kind = filters["stalled"] if filters["stalled"] in stalls.KINDS else None
+        runs = runs.filter(stalls.stalled_q(now, kind=kind))
     if filters.get("q"):
         runs = runs.filter(search_q(filters["q"].strip()))
     return runs

@@ -3,6 +3,7 @@ long waits as durable timers that free the worker, and the operator's retry now 
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 
@@ -27,7 +28,7 @@ from runs.durable import (
 from runs.durable import context as context_module
 from runs.durable import records as r
 from runs.durable.memory import MemoryStore
-from runs.durable.retry import RETRY_AFTER_LIMIT
+from runs.durable.retry import LONGEST_WAIT, RETRY_AFTER_LIMIT
 from tests.support.processes import wait_until
 
 REG = AgentRegistry()
@@ -199,6 +200,22 @@ def test_a_policy_that_makes_no_sense_is_refused(bad):
         Retry(**bad)
 
 
+@pytest.mark.parametrize("bad", [dict(maximum_interval=1e12), dict(maximum_interval=math.inf),
+                                 dict(initial_interval=math.nan),
+                                 dict(initial_interval=1e12, maximum_interval=1e12),
+                                 dict(backoff_coefficient=math.nan)])
+def test_a_policy_that_would_make_an_unwritable_wake_time_is_refused(bad):
+    """A wait of 1e12 s wakes past the year 9999, which no store's timestamp holds; a NaN
+    wait wakes never. Refused when the policy is made, naming the field."""
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        Retry(**bad)
+
+
+def test_the_longest_policy_wait_is_the_longest_sleep():
+    policy = Retry(initial_interval=LONGEST_WAIT, maximum_interval=LONGEST_WAIT, jitter=0)
+    assert policy.backoff(1) == LONGEST_WAIT == context_module.MAX_SLEEP_SECONDS
+
+
 # --- the engine ------------------------------------------------------------------------------
 def test_short_waits_stay_in_the_worker_thread_and_each_attempt_is_an_event():
     store = MemoryStore()
@@ -331,6 +348,19 @@ def test_give_up_fails_the_call_as_a_tool_error_the_agent_sees():
     assert [a.action for a in store.audit[run_id]] == ["give_up"]
 
 
+def test_a_run_cancelled_while_waiting_to_retry_no_longer_says_it_is_retrying():
+    store = MemoryStore()
+    run_id = launch(store, "fetcher", url="u")
+    fail_next("fetch", unavailable(retry_after=600))
+    assert execute(store, run_id) == Outcome.WAITING
+    assert store.get(run_id).attention["kind"] == "retry"
+    run = control.cancel(store, run_id, actor="op", reason="not needed")
+    assert (run.status, run.attention, run.wake_at) == (r.CANCELLED, None, None)
+    assert store.get(run_id).attention is None
+    with pytest.raises(InvalidTransitionError):
+        control.retry_now(store, run_id, actor="op")
+
+
 def test_retry_now_and_give_up_refuse_a_run_that_is_not_waiting_to_retry():
     store = MemoryStore()
     run_id = launch(store, "quick")
@@ -340,13 +370,24 @@ def test_retry_now_and_give_up_refuse_a_run_that_is_not_waiting_to_retry():
     assert store.audit[run_id] == []
 
 
-def test_a_non_idempotent_call_that_may_have_reached_the_target_is_not_retried():
+@pytest.mark.parametrize("resolution, sent", [("done", 1), ("skip", 1), ("retry", 2)])
+def test_a_non_idempotent_call_that_may_have_reached_the_target_is_in_doubt(resolution, sent):
+    """Not an error the agent (or a later resume) could send again: the operator decides."""
     store = MemoryStore()
     run_id = launch(store, "sender")
     fail_next("send", TransientToolError("read timeout"))  # sent; whether it landed is unknown
+    assert execute(store, run_id) == Outcome.NEEDS_ATTENTION
+    attention = store.get(run_id).attention
+    assert (attention["kind"], attention["tool"]) == ("in_doubt", "t.send")
+    assert "read timeout" in attention["error"] and "read timeout" in attention["message"]
+    effect = the_effect(store, run_id, "t.send")
+    assert (effect.status, effect.attempts) == (r.INTENT, 1)
+    with pytest.raises(InvalidTransitionError, match="in-doubt"):
+        control.resume(store, run_id, actor="op")
+    control.resolve_effect(store, run_id, seq=attention["seq"], resolution=resolution,
+                           actor="op", result={"sent": "hello"})
     assert execute(store, run_id) == Outcome.SUCCEEDED
-    assert store.get(run_id).output["attempts"] == 1
-    assert TARGET["sent"]["hello"] == 1
+    assert TARGET["sent"]["hello"] == sent
 
 
 def refused_then_due(store) -> str:

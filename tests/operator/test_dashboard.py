@@ -80,6 +80,16 @@ def test_filters(ops, users):
                           attention={"kind": "crash_loop", "message": "boom"})
     stalled = make_runs(1, owner=bob, status="running", start=40,
                         updated_at=NOW - timedelta(minutes=30))
+    # The stall rule's other cases, which no "quiet for N minutes" filter finds right: a
+    # holder gone two minutes ago, a timer due long ago that nobody claims, and a claim
+    # not yet written, quiet for half an hour but with a valid lease (not stalled).
+    lost = make_runs(1, status="running", start=50, lease_owner="hostC:1:cc",
+                     lease_expires_at=NOW - timedelta(minutes=2),
+                     updated_at=NOW - timedelta(minutes=3))
+    due = make_runs(1, status="waiting", start=60, wake_at=NOW - timedelta(minutes=30),
+                    updated_at=NOW - timedelta(minutes=40))
+    make_runs(1, status="queued", start=70, lease_owner="hostC:2:dd",
+              lease_expires_at=NOW + timedelta(minutes=1), updated_at=NOW - timedelta(minutes=30))
     ids = lambda url: set(run_ids(ops.get(url)))
     assert ids("/ops/?status=succeeded") == {r.id for r in done}
     assert ids("/ops/?attention=on") == {r.id for r in attention}
@@ -87,7 +97,10 @@ def test_filters(ops, users):
     assert ids("/ops/?owner=alice") == {r.id for r in done + attention}
     assert ids("/ops/?worker=hostA") == {r.id for r in running}
     assert ids("/ops/?worker=hostB:7") == {r.id for r in other_host}
-    assert ids("/ops/?stalled=10") == {r.id for r in stalled}
+    assert ids("/ops/?stalled=any") == {r.id for r in stalled + lost + due}
+    assert ids("/ops/?stalled=lease_lost") == {r.id for r in lost}
+    assert ids("/ops/?stalled=unclaimed") == {r.id for r in stalled + due}
+    assert ids("/ops/?stalled=silent") == set()
     assert ids(f"/ops/?q={done[0].id[:10]}") == {done[0].id}
     assert ids(f"/ops/?q={done[0].id.upper()}") == {done[0].id}
     assert ids("/ops/?q=bo") == {r.id for r in running + other_host + stalled}
@@ -98,6 +111,7 @@ def test_filters(ops, users):
 def test_bad_filters_and_cursors_are_harmless(ops, users):
     make_runs(3, owner=users["alice"])
     assert len(run_ids(ops.get("/ops/?stalled=abc&sort=nonsense&after=%%%garbage"))) == 3
+    assert len(run_ids(ops.get("/ops/?stalled=10"))) == 3  # the old minutes: not a kind
     response = ops.get("/ops/?status=exploded")
     assert response.status_code == 200 and len(run_ids(response)) == 3
 

@@ -109,6 +109,10 @@ def test_the_filter_selects_exactly_the_runs_the_rule_calls_stalled():
     found = set(Run.objects.filter(stalls.stalled_q(NOW, LIMITS)).values_list("pk", flat=True))
     expected = {row.pk for name, row in rows.items() if CASES[name][1] is not None}
     assert found == expected
+    for kind in stalls.KINDS:
+        found = set(Run.objects.filter(stalls.stalled_q(NOW, LIMITS, kind))
+                    .values_list("pk", flat=True))
+        assert found == {row.pk for name, row in rows.items() if CASES[name][1] == kind}, kind
 
 
 @agent("stall-slowpoke", expected_cadence=600)

@@ -55,6 +55,9 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--minutes", type=float, help="the storm's length at most")
     parser.add_argument("--sqlite", action="store_true", help="SQLite: no PostgreSQL faults")
     parser.add_argument("--no-redis", action="store_true", help="no Redis, no Redis faults")
+    parser.add_argument("--private-services", action="store_true",
+                        help="a PostgreSQL and a Redis server of the run's own (on free ports), "
+                             "so that pg_restart and redis_restart touch nothing shared")
     parser.add_argument("--database-url", help=f"the PostgreSQL server (default DATABASE_URL "
                                                f"or {DEFAULT_PG}); the database is agentops_chaos")
     parser.add_argument("--workdir", type=Path, help="logs and files (default: a temp dir)")
@@ -94,6 +97,24 @@ def profile(args, kinds_available: list[str]) -> Profile:
     return base
 
 
+def private_services(args, workdir: Path) -> dict:
+    """Start the run's own servers; return what they replace in args, and the servers."""
+    found = {"postgres": None, "redis": None}
+    if not args.sqlite:
+        from tests.chaos.stack import PrivatePostgresServer
+        found["postgres"] = PrivatePostgresServer()
+        args.database_url = found["postgres"].url
+    if not args.no_redis:
+        from tests.chaos.stack import Redis
+        from tests.support.processes import free_port
+        directory = workdir / "redis"
+        directory.mkdir(parents=True, exist_ok=True)
+        found["redis"] = Redis(f"redis://127.0.0.1:{free_port()}/0", str(directory))
+        found["redis"].start()
+        os.environ["REDIS_URL"] = found["redis"].url
+    return found
+
+
 def configure_django(args, workdir: Path) -> dict:
     """Point this process (and, through process_env, its children) at the chaos database."""
     database_url = None
@@ -127,10 +148,24 @@ def main(argv=None) -> int:
     args = parse(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="agentops-chaos-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    own = private_services(args, workdir) if args.private_services else {}
+    try:
+        return run(args, workdir, own)
+    finally:
+        if own.get("postgres") is not None:
+            own["postgres"].close()
+        if own.get("redis") is not None:
+            own["redis"].stop()
+
+
+def run(args, workdir: Path, own: dict) -> int:
     urls = configure_django(args, workdir)
     from tests.chaos.stack import Postgres, Redis
-    postgres = Postgres(urls["database_url"]) if urls["database_url"] else None
-    redis = Redis(urls["redis_url"]) if urls["redis_url"] else None
+    postgres = own.get("postgres") or (Postgres(urls["database_url"]) if urls["database_url"]
+                                       else None)
+    if postgres is not None:
+        postgres.use_database(urls["database_url"])  # the chaos database on that server
+    redis = own.get("redis") or (Redis(urls["redis_url"]) if urls["redis_url"] else None)
     if postgres is not None:
         postgres.ensure_running()
         postgres.recreate()  # before Django opens a connection to it

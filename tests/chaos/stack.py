@@ -20,9 +20,11 @@ from urllib.parse import urlparse, urlunparse
 from tests.support.processes import ROOT, Cluster, Server
 
 AGENT_MODULES = "tests.workload_agents,tests.chaos.agents"
-REDIS_START = ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1",
-               "--port", "6379", "--save", "", "--appendonly", "no",
-               "--dir", "/var/lib/redis", "--logfile", "/var/log/redis/ci.log"]
+def redis_start(port: str, directory: str = "/var/lib/redis",
+                log: str = "/var/log/redis/ci.log") -> list[str]:
+    return ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1",
+            "--port", port, "--save", "", "--appendonly", "no", "--dir", directory,
+            "--logfile", log]
 
 
 def pg_version() -> str:
@@ -42,6 +44,9 @@ class Postgres:
     """The PostgreSQL server agentops uses: create the chaos database, restart, kill backends."""
 
     def __init__(self, url: str):
+        self.use_database(url)
+
+    def use_database(self, url: str) -> None:
         self.url = url
         self.admin_url = with_database(url, "postgres")
         self.database = database_name(url)
@@ -106,11 +111,33 @@ class Postgres:
             time.sleep(0.2)
 
 
+class PrivatePostgresServer(Postgres):
+    """A PostgreSQL server of the run's own (--private-services): pg_restart restarts it,
+    not the machine's shared server that other test sessions use."""
+
+    def __init__(self):
+        from tests.support.private_postgres import PrivatePostgres
+        self.server = PrivatePostgres()
+        super().__init__(self.server.url)
+
+    def ensure_running(self) -> None:
+        self.wait_ready()
+
+    def restart(self) -> None:
+        self.server.stop("fast")
+        self.server.start()
+        self.wait_ready()
+
+    def close(self) -> None:
+        self.server.close()
+
+
 class Redis:
-    def __init__(self, url: str):
+    def __init__(self, url: str, directory: str | None = None):
         parts = urlparse(url)
         self.url = url
         self.port = str(parts.port or 6379)
+        self.directory = directory  # a private server's (--private-services), or the shared one
 
     def ping(self) -> bool:
         done = subprocess.run(["redis-cli", "-p", self.port, "ping"], capture_output=True,
@@ -118,9 +145,13 @@ class Redis:
         return done.stdout.strip() == "PONG"
 
     def start(self) -> None:
-        os.makedirs("/var/lib/redis", exist_ok=True)
-        os.makedirs("/var/log/redis", exist_ok=True)
-        subprocess.run(REDIS_START, check=True, capture_output=True)
+        if self.directory:
+            command = redis_start(self.port, self.directory, f"{self.directory}/redis.log")
+        else:
+            os.makedirs("/var/lib/redis", exist_ok=True)
+            os.makedirs("/var/log/redis", exist_ok=True)
+            command = redis_start(self.port)
+        subprocess.run(command, check=True, capture_output=True)
         self.wait(True)
 
     def stop(self) -> None:

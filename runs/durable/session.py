@@ -304,7 +304,10 @@ class RunSession:
             "shutdown": (r.QUEUED, Outcome.HANDED_OFF),
             "slice": (r.QUEUED, Outcome.YIELDED),
         }[why]
-        update = {"status": status, "control": None}
+        # A pause or cancel is done with once honoured; a slice or a hand-off leaves the
+        # control as it is: an operator's cancel may have landed since it was last read.
+        update = {"status": status, "control": None} if why in (r.PAUSE, r.CANCEL) else \
+            {"status": status}
         if why != "slice":
             update["suspended_at"] = time.time()
         faults.hit("before_release", self.run.agent)

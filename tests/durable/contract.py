@@ -238,6 +238,24 @@ class StoreContract:
         assert store.load(run.id).run.output == {"values": [10, 20]}
         assert WORLD.calls["bump"] == 2
 
+    def test_a_cancel_that_lands_while_a_slice_is_handed_back_is_kept(self, store):
+        # The cancel arrives after the session last read the run's control, just before
+        # its slice's release: the release must not clear it (chaos, seed 4242: the run
+        # went on to succeed after its cancel was accepted).
+        run = self.launch(store, "steps_every10", {"n": 2})
+
+        def operator_cancels():
+            faults.disarm()
+            control.cancel(store, run.id, actor="op", reason="stop it")
+
+        faults.arm("before_release", operator_cancels)
+        assert self.execute(store, run.id, worker(slice_seconds=0)) == Outcome.YIELDED
+        assert store.load(run.id).run.control == r.CANCEL
+        bumps = WORLD.calls["bump"]
+        assert self.execute(store, run.id) == Outcome.CANCELLED
+        assert store.load(run.id).run.status == r.CANCELLED
+        assert WORLD.calls["bump"] == bumps
+
     def test_only_one_of_two_racing_claims_wins(self, store):
         run = self.launch(store, "steps")
         barrier = threading.Barrier(2)

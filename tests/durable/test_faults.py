@@ -99,7 +99,8 @@ def test_a_plain_run_reaches_every_named_point_in_order():
     execute_run(store, run.id, WorkerConfig("w1", lease_seconds=0.2), registry=REG)
     slice_run = control.launch(store, agent="steps_every10", inputs={"n": 2}, registry=REG)
     execute_run(store, slice_run.id, WorkerConfig("w1", slice_seconds=0), registry=REG)
-    assert set(hits) == set(POINTS)
+    # before_retry_wait needs a failing call that waits: tests/crash/test_retry_wait_crash.py
+    assert set(hits) == set(POINTS) - {"before_retry_wait"}
     first_call = hits.index("before_effect")
     assert hits[first_call:first_call + 2] == ["before_effect", "after_effect_before_log"]
     first_checkpoint = hits.index("after_checkpoint_before_event")

@@ -134,6 +134,14 @@ def test_sigterm_hands_off_without_waiting_for_the_lease(target, server, start_c
     assert len(assert_outside_world_clean([run_id])) == 40
 
 
+def test_sigterm_is_not_held_until_the_next_sweep(start_cluster):
+    """The main loop sleeps between sweeps: a stop signal must cut that sleep short."""
+    cluster = start_cluster(workers=1, AGENTOPS_SWEEP_INTERVAL=60)
+    wait_until(cluster.tree_ready, 30, message="the cluster up and idle")
+    cluster.signal(signal.SIGTERM)
+    cluster.proc.wait(15)  # far below the 60 s sweep interval it slept out before
+
+
 def test_sigstop_zombie_writes_are_refused(server, start_cluster):
     env = dict(sandbox_env(server), AGENTOPS_LEASE_SECONDS=2)
     first = start_cluster(workers=1, name="a", **env)

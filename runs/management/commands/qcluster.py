@@ -32,6 +32,7 @@ from runs.sweep import sweep
 
 logger = logging.getLogger("agentops.cluster")
 RESTART_PAUSE = 1.0  # seconds between attempts to start a cluster that fails to start
+STOP_CHECK_SECONDS = 0.1  # how soon the main loop notices a stop signal
 
 
 class Command(QClusterCommand):
@@ -107,7 +108,7 @@ class Command(QClusterCommand):
             except Exception:  # the database may be restarting: try again next tick
                 logger.exception("recovery sweep failed")
                 connection.close()
-            time.sleep(interval)
+            _nap(state, interval)
 
     def shut_down(self, cluster):
         # Not cluster.stop(), which joins without a limit (and blocks in the case
@@ -126,6 +127,14 @@ class Command(QClusterCommand):
             logger.warning("cluster still running %.0f s after the stop signal: killing it", grace)
             for process in _descendants():
                 _kill(process)
+
+
+def _nap(state, seconds: float) -> None:
+    """Sleep between sweeps, but not past a stop signal: time.sleep resumes after the
+    handler (PEP 475), so one long sleep would hold the shutdown for a whole interval."""
+    deadline = time.monotonic() + seconds
+    while not state["stopping"] and (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, STOP_CHECK_SECONDS))
 
 
 def _stop(cluster) -> None:

@@ -345,6 +345,7 @@ AXES_COOLOFF_TIME = timedelta(minutes=env_float("AGENTOPS_LOGIN_COOLOFF_MINUTES"
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "runs.views.login.locked_out"
+AXES_USERNAME_CALLABLE = "runs.views.login.axes_username"
 AXES_VERBOSE = False
 
 STATIC_URL = "static/"

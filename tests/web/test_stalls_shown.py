@@ -123,10 +123,10 @@ def test_the_dashboard_shows_stalled_runs_with_why_and_since(operator_client, ti
     hold(ticker.pk)
     [stalled] = make_stalled(1)
     body = html(operator_client.get(reverse("operator:dashboard")))
-    row = re.search(rf'<tr data-run="{stalled}">.*?</tr>', body, re.S).group(0)
+    row = re.search(rf'<tr data-run="{stalled}"[^>]*>.*?</tr>', body, re.S).group(0)
     assert 'data-status="stalled"' in row and "lease holder web-1:4242 gone:" in row
     assert "<time datetime=" in row
-    moving = re.search(rf'<tr data-run="{ticker.pk}">.*?</tr>', body, re.S).group(0)
+    moving = re.search(rf'<tr data-run="{ticker.pk}"[^>]*>.*?</tr>', body, re.S).group(0)
     assert 'data-status="running"' in moving and "stalled" not in moving
 
 

@@ -187,6 +187,13 @@ class BulkActionForm(ReasonForm):
     ACTIONS = {"pause": "Pause", "resume": "Resume", "cancel": "Cancel",
                "retry_now": "Retry now (runs waiting to retry)",
                "give_up": "Give up retrying"}
+    # asked in the browser before the form is sent (static/js/confirm.js)
+    CONFIRM = {
+        "cancel": "Cancel the selected runs? They stop at their next effect boundary and "
+                  "cannot be resumed.",
+        "give_up": "Give up retrying on the selected runs? Their calls fail with a tool error "
+                   "the agent sees.",
+    }
     action = forms.ChoiceField(choices=list(ACTIONS.items()))
     run = forms.MultipleChoiceField(error_messages={"required": "Select at least one run."})
 

@@ -1,5 +1,6 @@
 """The operator pages in Chromium: Cancel asks before it acts (dismissed, nothing
-happens; accepted, the cancel is recorded), and the dashboard's filters line up."""
+happens; accepted, the cancel is recorded), so does a bulk cancel, and the dashboard's
+filters line up."""
 
 import pytest
 
@@ -34,6 +35,16 @@ def test_cancel_asks_first_and_the_filters_line_up(operator_page, server, users)
         ("cancel", "not needed")]
 
     page.goto(f"{server.url}/ops/")
+    other = launch(users["alice"], steps=3)
+    page.goto(f"{server.url}/ops/")
+    page.check(f'input.run-select[value="{other.pk}"]')
+    page.select_option('#bulk-form select[name="action"]', "cancel")
+    page.fill('#bulk-form input[name="reason"]', "bulk, not needed")
+    answers.clear()  # the handler dismisses the first question again
+    page.click('#bulk-form button[name="bulk"]')
+    assert answers and answers[0].startswith("Cancel the selected runs?")
+    assert Run.objects.get(pk=other.pk).status == "queued"
+    assert not AuditEntry.objects.filter(run_id=other.pk).exists()
     bottoms = page.eval_on_selector_all(
         "#run-filters input:not([type=checkbox]), #run-filters select, #run-filters button",
         "els => els.map(e => Math.round(e.getBoundingClientRect().bottom))")

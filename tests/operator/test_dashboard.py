@@ -73,9 +73,13 @@ def test_oldest_first(ops, users):
 def test_filters(ops, users):
     alice, bob = users["alice"], users["bob"]
     done = make_runs(5, owner=alice)
-    running = make_runs(3, owner=bob, status="running", start=10,
-                        lease_owner="hostA:101:aa", lease_expires_at=NOW + timedelta(seconds=5))
-    other_host = make_runs(1, owner=bob, status="running", start=20, lease_owner="hostB:7:bb")
+    # Healthy holders by the real clock (the stall rule's): NOW is the module's import time,
+    # minutes ago by the time this runs in the whole suite.
+    held = {"updated_at": timezone.now(), "lease_expires_at": timezone.now() + timedelta(minutes=10)}
+    running = make_runs(3, owner=bob, status="running", start=10, lease_owner="hostA:101:aa",
+                        **held)
+    other_host = make_runs(1, owner=bob, status="running", start=20, lease_owner="hostB:7:bb",
+                           **held)
     attention = make_runs(2, owner=alice, status="needs_attention", agent="steps", start=30,
                           attention={"kind": "crash_loop", "message": "boom"})
     stalled = make_runs(1, owner=bob, status="running", start=40,
@@ -89,7 +93,8 @@ def test_filters(ops, users):
     due = make_runs(1, status="waiting", start=60, wake_at=NOW - timedelta(minutes=30),
                     updated_at=NOW - timedelta(minutes=40))
     make_runs(1, status="queued", start=70, lease_owner="hostC:2:dd",
-              lease_expires_at=NOW + timedelta(minutes=1), updated_at=NOW - timedelta(minutes=30))
+              lease_expires_at=timezone.now() + timedelta(minutes=10),
+              updated_at=timezone.now() - timedelta(minutes=30))
     ids = lambda url: set(run_ids(ops.get(url)))
     assert ids("/ops/?status=succeeded") == {r.id for r in done}
     assert ids("/ops/?attention=on") == {r.id for r in attention}

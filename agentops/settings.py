@@ -179,7 +179,10 @@ if REDIS_URL:
             # second (bench/fanout.py: p50 225 ms → 12 ms with 500 viewers). The socket
             # timeout is explicit: redis-py 8 defaults it to 5 s (channels_redis#422).
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}]},
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
+                       # several deployments (or CI's test streams) on one Redis: its
+                       # pub/sub channels are not per database number
+                       "prefix": os.environ.get("AGENTOPS_CHANNEL_PREFIX", "asgi")},
         }
     }
 else:

@@ -23,7 +23,7 @@ def test_the_countdown_runs_and_retry_now_wakes_the_run(operator_page, server, u
     first = int(page.inner_text("#run-summary .retry-countdown"))
     page.wait_for_function(
         "n => parseInt(document.querySelector('#run-summary .retry-countdown').textContent) < n",
-        arg=first, timeout=5000)
+        arg=first, timeout=20_000)
 
     page.fill('#action-form input[name="reason"]', "the site is back")
     page.click('#action-form button[value="retry_now"]')

@@ -6,6 +6,7 @@ Production sets DATABASE_URL (PostgreSQL), REDIS_URL (channels-redis), ALLOWED_H
 and a SECRET_KEY, which turns on the deployment defaults (docs/security.md).
 """
 
+import json
 import os
 import sys
 from datetime import timedelta
@@ -58,8 +59,14 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 INSTALLED_APPS = [
     "daphne",
     "runs",  # before django_q: runs overrides the qcluster command (signal hand-off, sweep)
+    "runs.api",  # the HTTP API, its tokens and idempotency keys (docs/api.md)
+    "runs.budgets",  # budgets, the ledger, approvals (docs/budgets.md, docs/approvals.md)
+    "runs.limits",  # shared limits per tool or provider (docs/limits.md)
     "sandbox",
     "builtin_agents",
+    "runs.webhooks",  # subscriptions and their deliveries (docs/webhooks.md)
+    "runs.schedules",  # agents launched on a cron expression or an interval (docs/schedules.md)
+    "runs.observability",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -71,10 +78,12 @@ INSTALLED_APPS = [
     "django_q",
     "csp",
     "axes",
+    "ninja",  # the API's browsable docs: Swagger UI from the package's own static files
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "runs.observability.middleware.TraceRequestMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -82,10 +91,10 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "runs.query_guard.RefuseNulMiddleware",
+    "runs.web.query_guard.RefuseNulMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "runs.middleware.DatabaseUnavailableMiddleware",
+    "runs.web.middleware.DatabaseUnavailableMiddleware",
     "axes.middleware.AxesMiddleware",  # last: it turns a lockout into the login page
 ]
 
@@ -104,6 +113,9 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            # The operator side keeps its display helpers in its own folder (runs/operator/),
+            # which is not an app of its own: registered here by name.
+            "libraries": {"operator_ui": "runs.operator.display"},
         },
     },
 ]
@@ -112,7 +124,7 @@ TEMPLATES = [
 # The qcluster process forks its workers, and forked children must not share a
 # connection pool (seen: lost results and hung shutdowns), so the pool is only switched on for web
 # processes (AGENTOPS_DB_POOL=1 in the Procfile's web line). Each qcluster worker
-# process makes a pool of its own after the fork (runs/db.py).
+# process makes a pool of its own after the fork (runs/worker/db.py).
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 # A pool that cannot connect retries with a doubling delay (1, 2, 4, 8 s...), which
 # after an outage kept requests and runs waiting for its next try long after the
@@ -134,7 +146,7 @@ if DATABASE_URL:
             "keepalives_count": 3,
         }
         if env_bool("AGENTOPS_DB_POOL") and "qcluster" not in sys.argv:
-            # a request waits this long for a connection, then gets a 503 (runs/middleware.py)
+            # a request waits this long for a connection, then gets a 503 (runs/web/middleware.py)
             DATABASES["default"]["OPTIONS"]["pool"] = {
                 "min_size": 2, "max_size": 20,
                 "timeout": env_float("AGENTOPS_DB_POOL_TIMEOUT", 10.0),
@@ -201,7 +213,7 @@ Q_CLUSTER = {
     "name": os.environ.get("Q_CLUSTER_NAME", "agentops"),
     "orm": "default",
     # the ORM broker, whose pusher waits out a database fault instead of stopping 10 s
-    "broker_class": "runs.broker.ReconnectingORM",
+    "broker_class": "runs.worker.broker.ReconnectingORM",
     "workers": AGENTOPS_WORKERS,
     "timeout": env_int("AGENTOPS_TASK_TIMEOUT", 600),
     "retry": env_int("AGENTOPS_TASK_RETRY", 660),
@@ -221,15 +233,15 @@ Q_CLUSTER = {
 AGENTOPS = {
     "LEASE_SECONDS": env_float("AGENTOPS_LEASE_SECONDS", 4.0),
     "TIME_SLICE_SECONDS": env_float("AGENTOPS_TIME_SLICE", 5.0),
-    # the slice of a run claimed while no other run waits for a slot (runs/worker.py)
+    # the slice of a run claimed while no other run waits for a slot (runs/worker/execute.py)
     "UNCONTENDED_SLICE_SECONDS": env_float("AGENTOPS_UNCONTENDED_SLICE", 20.0),
     "SWEEP_INTERVAL": env_float("AGENTOPS_SWEEP_INTERVAL", 0.5),
     "REQUEUE_AFTER_SECONDS": env_float("AGENTOPS_REQUEUE_AFTER", 60.0),
     "REQUEUE_STUCK_SECONDS": env_float("AGENTOPS_REQUEUE_STUCK", 3.0),
     "CRASH_LOOP_LIMIT": env_int("AGENTOPS_CRASH_LOOP_LIMIT", 3),
     # Runs one worker process holds at once, each in a thread, so that steps that wait
-    # on I/O (model calls, HTTP) overlap (runs/worker.py). They share a pool of
-    # WORKER_DB_POOL_SIZE connections per process on PostgreSQL (runs/db.py), so
+    # on I/O (model calls, HTTP) overlap (runs/worker/execute.py). They share a pool of
+    # WORKER_DB_POOL_SIZE connections per process on PostgreSQL (runs/worker/db.py), so
     # 1,000 runs take ~20 connections. SQLite serialises writers: a small number.
     # The price: one SIGKILL crashes every run of the process at once, which counts
     # towards each run's crash-loop guard. 1 = one run per process, no threads.
@@ -242,20 +254,22 @@ AGENTOPS = {
     "WORKER_TASK_SECONDS": env_float("AGENTOPS_WORKER_TASK_SECONDS", 300.0),
     # how long a stopping qcluster waits for its processes before killing them
     "SHUTDOWN_GRACE_SECONDS": env_float("AGENTOPS_SHUTDOWN_GRACE", 20.0),
-    # The self-healing worker tree (runs/cluster/, docs/workers.md): how long work may
+    # The self-healing worker tree (runs/worker/cluster/, docs/workers.md): how long work may
     # wait while every worker is idle before the sentinel replaces its generation; how
     # long the sentinel's guard loop and the qcluster main may stay silent before the
     # process above them replaces them.
     "WATCHDOG_SECONDS": env_float("AGENTOPS_WATCHDOG_SECONDS", 3.0),
     "SENTINEL_STALE_SECONDS": env_float("AGENTOPS_SENTINEL_STALE", 10.0),
     "MAIN_STALE_SECONDS": env_float("AGENTOPS_MAIN_STALE", 30.0),
+    # ... and how long a starting main may take to report for the first time
+    "MAIN_START_SECONDS": env_float("AGENTOPS_MAIN_START_TIMEOUT", 120.0),
     # checkpoint retention: the latest N per branch of ended runs, after a grace period
     "RETENTION_KEEP_PER_BRANCH": env_int("AGENTOPS_RETENTION_KEEP", 3),
     "RETENTION_GRACE_HOURS": env_float("AGENTOPS_RETENTION_GRACE_HOURS", 24.0),
     # Expire at once the lease of a dead worker process on this host (else: wait
     # for the lease to run out, as for a worker on another host).
     "DETECT_DEAD_LOCAL_WORKERS": env_bool("AGENTOPS_DETECT_DEAD_LOCAL_WORKERS", True),
-    # When a queued or running run shows as stalled (runs/stalls.py, docs/stalls.md):
+    # When a queued or running run shows as stalled (runs/worker/stalls.py, docs/stalls.md):
     # queued and unclaimed this long; silent this long (an agent's expected_cadence
     # overrides it). A run whose lease ran out is stalled one lease period later.
     "STALL_UNCLAIMED_SECONDS": env_float("AGENTOPS_STALL_UNCLAIMED", 60.0),
@@ -277,6 +291,42 @@ AGENTOPS = {
     # errors are retried for this long, with waits growing up to the maximum.
     "TOOL_RETRY_FOR_SECONDS": env_float("AGENTOPS_TOOL_RETRY_FOR", 3600.0),
     "TOOL_RETRY_MAX_INTERVAL": env_float("AGENTOPS_TOOL_RETRY_MAX_INTERVAL", 30.0),
+    # The HTTP API (docs/api.md): how long an Idempotency-Key holds its run, the event
+    # stream's heartbeat (a comment line, so proxies keep the connection), and the
+    # longest a token may live.
+    "API_IDEMPOTENCY_HOURS": env_float("AGENTOPS_API_IDEMPOTENCY_HOURS", 48.0),
+    "API_SSE_HEARTBEAT_SECONDS": env_float("AGENTOPS_API_SSE_HEARTBEAT", 15.0),
+    "API_TOKEN_MAX_DAYS": env_int("AGENTOPS_API_TOKEN_MAX_DAYS", 365),
+    # Observability (docs/observability.md). /metrics answers a bearer token or an address
+    # in the allow-list (IPs or CIDR networks); with neither it does not exist (404).
+    "METRICS": env_bool("AGENTOPS_METRICS", True),
+    "METRICS_TOKEN": os.environ.get("AGENTOPS_METRICS_TOKEN", ""),
+    "METRICS_ALLOW": env_list("AGENTOPS_METRICS_ALLOW"),
+    # The price table (docs/budgets.md): dollars per million tokens by model, as JSON
+    # {"model": {"prompt": p, "completion": c}}; rows in the admin's price table win.
+    # The sandbox's scripted model is priced like a mid-range hosted model.
+    "MODEL_PRICES": json.loads(os.environ.get("AGENTOPS_MODEL_PRICES") or "null")
+    or {"scripted": {"prompt": 2.5, "completion": 10.0}},
+    # Shared limits per tool or provider (docs/limits.md), as JSON {"llm": {"requests": 60,
+    # "per": 60, "concurrency": 8, "tokens": 200000}}; rows in the admin's Limits win.
+    # None by default: a tool naming a limit that is not configured is not limited.
+    "LIMITS": json.loads(os.environ.get("AGENTOPS_LIMITS") or "null") or {},
+    # the most a run's owner may set its budget to, in dollars, unless their own quota says
+    "OWNER_RUN_BUDGET_LIMIT": env_float("AGENTOPS_OWNER_RUN_BUDGET_LIMIT", 10.0),
+}
+
+# --- webhooks (docs/webhooks.md) ----------------------------------------------------------
+# Deliveries to a private, loopback or link-local address are refused unless the address is
+# in one of these networks (SSRF: a subscriber must not reach the deployment's own network).
+# Local mode allows loopback, where the sandbox and a developer's receiver live.
+WEBHOOKS = {
+    "ALLOWED_NETWORKS": env_list("AGENTOPS_WEBHOOK_ALLOWED_NETWORKS",
+                                 "127.0.0.0/8,::1/128" if LOCAL else ""),
+    # the retry policy of a delivery (a durable retry: waits over a second free the worker)
+    "RETRY_INITIAL": env_float("AGENTOPS_WEBHOOK_RETRY_INITIAL", 5.0),
+    "RETRY_MAX_INTERVAL": env_float("AGENTOPS_WEBHOOK_RETRY_MAX_INTERVAL", 3600.0),
+    "RETRY_FOR": env_float("AGENTOPS_WEBHOOK_RETRY_FOR", 3 * 86400.0),
+    "TIMEOUT": env_float("AGENTOPS_WEBHOOK_TIMEOUT", 10.0),
 }
 
 # --- auth, i18n, static -----------------------------------------------------
@@ -341,14 +391,14 @@ CONTENT_SECURITY_POLICY = {
 }
 
 # django-axes: AXES_FAILURE_LIMIT wrong passwords for one username from one address lock
-# that pair out for AXES_COOLOFF_TIME; the login page says so (runs/views/login.py). Keyed
+# that pair out for AXES_COOLOFF_TIME; the login page says so (runs/web/views/login.py). Keyed
 # on the pair so that nobody can lock a user out from everywhere.
 AXES_FAILURE_LIMIT = env_int("AGENTOPS_LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=env_float("AGENTOPS_LOGIN_COOLOFF_MINUTES", 15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "runs.views.login.locked_out"
-AXES_USERNAME_CALLABLE = "runs.views.login.axes_username"
+AXES_LOCKOUT_CALLABLE = "runs.web.views.login.locked_out"
+AXES_USERNAME_CALLABLE = "runs.web.views.login.axes_username"
 AXES_VERBOSE = False
 
 STATIC_URL = "static/"
@@ -360,11 +410,21 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = True
 
+# JSON lines with each line's run, branch, step, effect key and worker
+# (runs/observability/logs.py); AGENTOPS_LOG_FORMAT=text for people (bin/serve).
+LOG_FORMAT = os.environ.get("AGENTOPS_LOG_FORMAT", "json")
+if LOG_FORMAT not in ("json", "text"):
+    raise ImproperlyConfigured(f"AGENTOPS_LOG_FORMAT must be json or text, not {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "json": {"()": "runs.observability.logs.JsonFormatter"},
+        "text": {"()": "runs.observability.logs.TextFormatter"},
+    },
+    "filters": {"context": {"()": "runs.observability.logs.ContextFilter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT,
+                             "filters": ["context"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
     "loggers": {
         "agentops": {"level": os.environ.get("AGENTOPS_LOG_LEVEL", "INFO")},

@@ -1,7 +1,7 @@
 """Shared set-up of the live-page benchmarks (live_latency.py, fanout.py): a fresh
 PostgreSQL database of their own, a bench user with a session, a real Daphne, runs
 written to through the ORM store (the engine's write path, notify included), and
-websocket clients speaking the run page's protocol (runs/consumers.py)."""
+websocket clients speaking the run page's protocol (runs/live/consumers.py)."""
 
 from __future__ import annotations
 
@@ -51,9 +51,9 @@ def create_runs(user, count: int) -> list[str]:
     """Runs that exist but that no worker executes: the bench writes their events."""
     import tests.workload_agents  # noqa: F401  (the "ticker" agent)
     from runs.durable import control
-    from runs.store import OrmStore
+    from runs.storage import database_store
 
-    return [control.launch(OrmStore(), agent="ticker", inputs={}, owner=str(user.pk)).id
+    return [control.launch(database_store(), agent="ticker", inputs={}, owner=str(user.pk)).id
             for _ in range(count)]
 
 
@@ -61,15 +61,15 @@ def stamping_store(stamp, wake: bool):
     """An OrmStore whose notify hook first calls stamp(): the store calls it right after
     the COMMIT (at once on PostgreSQL's one-statement path, on_commit otherwise), then,
     if `wake`, wakes viewers as the worker does (notify_run)."""
-    from runs.live import notify_run
-    from runs.store import OrmStore
+    from runs.live.notify import notify_run
+    from runs.storage import database_store
 
     def notify(run_id, seq):
         stamp(seq)
         if wake:
             notify_run(run_id, seq)
 
-    return OrmStore(notify=notify)
+    return database_store(notify=notify)
 
 
 def write_events(store, run_id: str, messages: list[dict]) -> None:

@@ -23,7 +23,7 @@ def main(sizes=(1_000, 10_000, 100_000), repeats=5):
     from runs.durable.context import idempotency_key
     from runs.durable.serde import encode_state
     from runs.models import Checkpoint, Effect, Run
-    from runs.store import OrmStore
+    from runs.storage import database_store
 
     registry = AgentRegistry()
     first_new = {}
@@ -48,7 +48,7 @@ def main(sizes=(1_000, 10_000, 100_000), repeats=5):
             state["i"] += 1
             return state
 
-    store = OrmStore()
+    store = database_store()
     config = WorkerConfig(owner="bench", lease_seconds=60, slice_seconds=1e9)
 
     def build_history(effects: int) -> str:

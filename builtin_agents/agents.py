@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 
-from runs.durable import Agent, Done, ToolFailedError, agent
+from runs.durable import Agent, ApprovalDeniedError, Call, Done, ToolFailedError, agent
 
 from .tools import crawl as site
 from .tools import dataset, research
@@ -31,7 +31,7 @@ SANDBOX = sandbox_url()
 
 
 # --- crawl ---------------------------------------------------------------------------------------
-@agent("crawl", version="2")
+@agent("crawl", version="3")
 class Crawl(Agent):
     """Crawl the sandbox's generated site breadth-first; report terms, links and failures."""
 
@@ -49,6 +49,8 @@ class Crawl(Agent):
                                           "503 (retried by the tool's retry policy)."},
             "batch": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 25,
                       "description": "Pages fetched per step."},
+            "concurrency": {"type": "integer", "minimum": 1, "maximum": 32, "default": 8,
+                            "description": "Pages of a batch fetched at once (ctx.map)."},
         },
     }
     # A step fetches `batch` pages; checkpoint every 20 steps (500 pages by default) or
@@ -60,6 +62,7 @@ class Crawl(Agent):
         params = site.site_params(inputs["pages"], inputs["latency_ms"], inputs["error_rate"])
         state = site.new_crawl(inputs["site_url"].rstrip("/"), params)
         state["batch"] = inputs["batch"]
+        state["concurrency"] = inputs["concurrency"]
         return state
 
     def step(self, ctx, state):
@@ -74,16 +77,21 @@ class Crawl(Agent):
         # Every page found is fetched? Unless some changed meanwhile (fetch those again), done.
         if not crawl.frontier and not self.requeue(ctx, crawl, self.changes(ctx, state)):
             return Done(crawl.report())
-        for n in crawl.take(state["batch"]):
-            try:
-                crawl.add_page(ctx.call(site.fetch_page, crawl.url(n)))
-            except ToolFailedError as failure:
-                if not failure.permanent:
-                    # Unreachable for longer than the retry policy waits (or an operator
-                    # gave up): not a fact about the page, so not a failed page. The run
-                    # fails; retrying it fetches the page again.
-                    raise
-                crawl.add_failure(n, failure.message)  # the page does not exist (404)
+        batch = crawl.take(state["batch"])
+        # Fetched at once, taken in the order asked: the same pages in the same order
+        # on every replay, whichever answered first.
+        fetched = ctx.map(site.fetch_page, [crawl.url(n) for n in batch],
+                          max_concurrency=state.get("concurrency", 1), return_exceptions=True)
+        for n, page in zip(batch, fetched, strict=True):
+            if not isinstance(page, ToolFailedError):
+                crawl.add_page(page)
+            elif not page.permanent:
+                # Unreachable for longer than the retry policy waits (or an operator
+                # gave up): not a fact about the page, so not a failed page. The run
+                # fails; retrying it fetches the page again.
+                raise page
+            else:
+                crawl.add_failure(n, page.message)  # the page does not exist (404)
         ctx.progress(crawl.fetched, len(crawl.seen), crawl.summary())
         return crawl.dump()
 
@@ -121,9 +129,15 @@ class MigrationError(Exception):
     """The target does not hold what the migration wrote."""
 
 
-@agent("migrate", version="1")
+@agent("migrate", version="2")
 class Migrate(Agent):
     """Copy a dataset in batches through an idempotent API, verify it, then cut over."""
+
+    # The cut-over notification is not idempotent: with approve_cutover an operator
+    # says yes to the exact message first (docs/approvals.md). Runs launched before the
+    # input existed have no such input and are not asked.
+    approvals = ({"tool": dataset.notify.name, "approvers": "operators", "fallback": "deny",
+                  "when": "'approve_cutover' in inputs and inputs.approve_cutover"},)
 
     input_schema = {
         "type": "object",
@@ -140,6 +154,9 @@ class Migrate(Agent):
                            "description": "Rows read, transformed and written per step."},
             "seed": {"type": "integer", "minimum": 0, "default": 0,
                      "description": "Seed of the generated source dataset."},
+            "approve_cutover": {"type": "boolean", "default": False,
+                                "description": "An operator approves the cut-over "
+                                               "notification before it is sent."},
         },
     }
 
@@ -198,10 +215,18 @@ class Migrate(Agent):
         return state
 
     def cut_over(self, ctx, state):
-        """Announce the switch. Not idempotent: after a crash here an operator decides."""
-        sent = ctx.call(dataset.notify, state["target_url"], {
-            "unit": f"{ctx.run_id}-cutover", "event": "migration.cutover",
-            "rows": state["rows"], "checksum": state["expected_checksum"]})
+        """Announce the switch. Not idempotent: after a crash here an operator decides.
+        Denied (approve_cutover), the data stays copied and verified, not announced."""
+        try:
+            sent = ctx.call(dataset.notify, state["target_url"], {
+                "unit": f"{ctx.run_id}-cutover", "event": "migration.cutover",
+                "rows": state["rows"], "checksum": state["expected_checksum"]})
+        except ApprovalDeniedError as denied:
+            ctx.log(f"cut-over not announced: {denied.message}")
+            return Done({"rows": state["copied"], "batches": state["batches"],
+                         "source_checksum": state["source_checksum"],
+                         "checksum": state["expected_checksum"], "verified": state["verified"],
+                         "cut_over": False, "denied": denied.message})
         ctx.log(f"cut-over announced: {sent}")
         return Done({"rows": state["copied"], "batches": state["batches"],
                      "source_checksum": state["source_checksum"],
@@ -216,9 +241,23 @@ SYSTEM_PROMPT = (
     "citing the numbers your tools returned.")
 
 
-@agent("assistant", version="1")
+CHAT_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["message"],
+               "properties": {"message": {"type": "string", "maxLength": 8000},
+                              "end": {"type": "boolean"}}}
+
+
+@agent("assistant", version="2")
 class Assistant(Agent):
     """A tool-using chat agent over an OpenAI-compatible API (scripted offline model by default)."""
+
+    # Its model calls are metered: a run waits when it has spent this (the launch
+    # form's budget field overrides it; docs/budgets.md).
+    default_budget = {"cost": 0.25}
+    # With approve_notes the owner says yes to each note, title and body shown, before
+    # it is written; a denied note is an error the model sees (docs/approvals.md).
+    approvals = ({"tool": research.write_note.name, "approvers": "owner", "fallback": "deny",
+                  "when": "'approve_notes' in inputs and inputs.approve_notes"},)
+    conversation = "messages"  # the run page shows them as a chat and takes follow-ups
 
     input_schema = {
         "type": "object",
@@ -244,10 +283,18 @@ class Assistant(Agent):
                            "description": "Where write_note stores notes (<target_url>/records)."},
             "max_turns": {"type": "integer", "minimum": 1, "maximum": 50, "default": 8,
                           "description": "Model calls per question before it must answer."},
+            "approve_notes": {"type": "boolean", "default": False,
+                              "description": "You approve each note (its title and body) "
+                                             "before write_note stores it."},
+            "chat": {"type": "boolean", "default": True,
+                     "description": "After the last question, wait for the user's next "
+                                    "message (a chat) instead of finishing."},
+            "tool_concurrency": {"type": "integer", "minimum": 1, "maximum": 16, "default": 4,
+                                 "description": "Tool calls of one model turn run at once."},
         },
     }
 
-    tools = research.SPECS  # what the model may call (see use_tool)
+    tools = research.SPECS  # what the model may call (see plan_tool)
 
     def start(self, inputs):
         questions = [inputs["question"], *inputs["follow_ups"]]
@@ -265,7 +312,29 @@ class Assistant(Agent):
         }
 
     def step(self, ctx, state):
+        if state.get("listening"):
+            return self.listen(ctx, state)
         return self.act(ctx, state) if state["pending"] else self.think(ctx, state)
+
+    def listen(self, ctx, state):
+        """Wait (durably, holding no worker) for the user's next message."""
+        said = ctx.wait_for_input("Your message to the assistant", schema=CHAT_SCHEMA)
+        state["listening"] = False
+        if said.get("end") and not said.get("message"):
+            return Done(self.output(state))
+        plan = state["plan"]
+        plan["questions"].append(said["message"])
+        state["messages"].append({"role": "user", "content": said["message"]})
+        state["turns"] = 0
+        if said.get("end"):
+            state["inputs"] = {**state["inputs"], "chat": False}  # answer this one, then end
+        return state
+
+    def output(self, state) -> dict:
+        answers = state["answers"]
+        return {"answer": answers[-1]["answer"] if answers else "", "answers": answers,
+                "memory": state["memory"], "tool_calls": state["tool_calls"],
+                "usage": state["usage"]}
 
     def think(self, ctx, state):
         """Ask the model what to do next: call tools, or answer."""
@@ -291,17 +360,27 @@ class Assistant(Agent):
         ctx.progress(plan["current"] + 1, len(plan["questions"]))
         plan["current"] += 1
         if plan["current"] == len(plan["questions"]):
-            return Done({"answer": state["answers"][-1]["answer"], "answers": state["answers"],
-                         "memory": state["memory"], "tool_calls": state["tool_calls"],
-                         "usage": state["usage"]})
+            if inputs.get("chat"):
+                state["listening"] = True
+                return state
+            return Done(self.output(state))
         state["messages"].append({"role": "user", "content": plan["questions"][plan["current"]]})
         state["turns"] = 0
         return state
 
     def act(self, ctx, state):
-        """Run the tool calls the model asked for; their results go back as tool messages."""
-        for call in state["pending"]:
-            result = self.use_tool(ctx, state, call)
+        """Run the tool calls the model asked for, at once (ctx.parallel: their results
+        in the order the model asked, on every replay); they go back as tool messages."""
+        planned = [self.plan_tool(ctx, state, call) for call in state["pending"]]
+        made = iter(ctx.parallel([p for p in planned if isinstance(p, Call)],
+                                 max_concurrency=state["inputs"].get("tool_concurrency", 4),
+                                 return_exceptions=True))
+        for call, plan in zip(state["pending"], planned, strict=True):
+            result = plan
+            if isinstance(plan, Call):  # the model sees a tool's failure and may try again
+                result = next(made)
+                if isinstance(result, ToolFailedError):
+                    result = {"error": result.message}
             state["tool_calls"] += 1
             state["memory"].append(remember(call["function"]["name"], result))
             state["messages"].append({"role": "tool", "tool_call_id": call["id"],
@@ -309,7 +388,8 @@ class Assistant(Agent):
         state["pending"] = []
         return state
 
-    def use_tool(self, ctx, state, call: dict) -> dict:
+    def plan_tool(self, ctx, state, call: dict):
+        """The Call a tool call of the model asks for, or the error the model gets back."""
         inputs, name = state["inputs"], call["function"]["name"]
         try:
             args = json.loads(call["function"]["arguments"] or "{}")
@@ -326,10 +406,7 @@ class Assistant(Agent):
                 return {"error": f"there is no tool named {name!r}"}
         except (ValueError, KeyError, TypeError) as exc:  # the model sent bad arguments
             return {"error": f"bad arguments for {name}: {exc}"}
-        try:
-            return ctx.call(*how)
-        except ToolFailedError as failure:  # the model sees the error and may try again
-            return {"error": failure.message}
+        return Call(*how)
 
 
 def remember(name: str, result) -> str:
@@ -342,3 +419,9 @@ def remember(name: str, result) -> str:
     if name == "calculator":
         return f"calculator: {result['expression']} = {result['result']}"
     return f"note {result['id']}: {result['title']}"
+
+
+# --- SDK agents made durable ---------------------------------------------------------------------
+# A Pydantic AI agent and an OpenAI Agents SDK agent, each wrapped by runs.adapters.durable;
+# registered only where their SDK is installed.
+from . import sdk_agents  # noqa: E402,F401

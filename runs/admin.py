@@ -49,7 +49,7 @@ class RunLinkMixin:
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdmin):
     list_display = ["id", "agent", "agent_version", "owner", "status", "step_no", "branch",
-                    "created_at", "updated_at"]
+                    "cost", "created_at", "updated_at"]
     list_filter = ["status", "agent", "created_at"]
     search_fields = ["=id", "owner__username", "agent"]
     list_select_related = ["owner"]
@@ -63,6 +63,8 @@ class RunAdmin(ReadOnlyAdmin):
         ("Ownership", {"fields": ["epoch", "lease_owner", "lease_expires_at", "control",
                                   "claimed_after_crash", "crash_count", "crash_step"]}),
         ("Data", {"fields": ["inputs", "output", "error", "attention"]}),
+        ("Ledger", {"fields": ["usage", "budget"]}),  # docs/budgets.md
+        ("Family", {"fields": ["parent", "spawn_key"]}),  # docs/children.md
         ("Times", {"fields": ["created_at", "updated_at", "suspended_at", "wake_at",
                               "enqueued_at", "finished_at"]}),
     ]
@@ -73,6 +75,11 @@ class RunAdmin(ReadOnlyAdmin):
                  for model, label in [("checkpoint", "checkpoints"), ("effect", "effects"),
                                       ("runevent", "events"), ("auditentry", "audit entries")]]
         return format_html_join(" · ", '<a href="{}">{}</a>', links)
+
+    @admin.display(description="cost")
+    def cost(self, obj):
+        from runs.durable.gates import money
+        return money((obj.usage or {}).get("cost") or 0)
 
     @admin.display(description="operate")
     def operator_page(self, obj):

@@ -63,6 +63,16 @@ class Run(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # the ledger and the budget (docs/budgets.md): written by the engine's commits
+    usage = models.JSONField(default=dict, blank=True,
+                             help_text="cost, prompt_tokens, completion_tokens, calls")
+    budget = models.JSONField(null=True, blank=True, help_text="cost (dollars) and/or tokens")
+    # A child run (docs/children.md): the run that spawned it, and the idempotency key of
+    # that spawn effect, unique, so that a replayed spawn finds its child again. No
+    # database foreign key, like the run's logs: nothing deletes runs.
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.DO_NOTHING,
+                               db_constraint=False, related_name="children")
+    spawn_key = models.CharField(max_length=120, null=True, blank=True, unique=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -158,6 +168,8 @@ class Effect(models.Model):
     superseded = models.BooleanField(default=False)
     worker = models.CharField(max_length=200, blank=True, default="")
     epoch = models.BigIntegerField(default=0, help_text="the fencing epoch of the writer")
+    usage = models.JSONField(null=True, blank=True,
+                             help_text="a metered call's model, tokens and cost")
 
     class Meta:
         ordering = ["run", "branch", "step_no", "seq"]
@@ -166,9 +178,12 @@ class Effect(models.Model):
             models.UniqueConstraint(fields=["key"], name="effect_unique_key"),
         ]
         # What a rollback marks superseded, found without reading the effects an
-        # earlier rollback already marked (runs/store.py, superseded_effects).
+        # earlier rollback already marked (runs/storage/orm.py, superseded_effects).
         indexes = [models.Index(fields=["run", "branch", "step_no"], name="effect_live_position",
-                                condition=models.Q(superseded=False))]
+                                condition=models.Q(superseded=False)),
+                   # the ledger's days and the quotas' periods (runs/budgets/ledger.py)
+                   models.Index(fields=["finished_at"], name="effect_metered_finished",
+                                condition=models.Q(usage__isnull=False))]
 
     def __str__(self):
         return f"{self.tool} @ {self.branch}/{self.step_no}/{self.seq} ({self.status})"
@@ -219,7 +234,7 @@ class AuditEntry(models.Model):
 
 
 class WorkerHeartbeat(models.Model):
-    """A qcluster main process, written by its sweep loop (runs/heartbeat.py): what
+    """A qcluster main process, written by its sweep loop (runs/worker/heartbeat.py): what
     the operators' Workers page knows about hosts and processes that hold no run."""
 
     host = models.CharField(max_length=200)
@@ -235,3 +250,7 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self):
         return f"{self.cluster or 'cluster'} {self.host}:{self.pid}"
+
+
+# Tables of the parts in their own folders (Django finds a model where it is imported).
+from runs.chat.models import ChatMessage  # noqa: E402,F401

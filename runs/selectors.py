@@ -7,9 +7,9 @@ from django.db.models import Count, Q
 from django.http import Http404
 from django.utils import timezone
 
-from runs import stalls
 from runs.durable import records as r
 from runs.models import Checkpoint, Effect, Run, RunEvent
+from runs.worker import stalls
 
 ACTIVE_STATUSES = (r.QUEUED, r.RUNNING, r.PAUSED, r.WAITING, r.NEEDS_ATTENTION)
 STATUS_FILTERS = {"active": ACTIVE_STATUSES, **{s: (s,) for s in r.STATUSES}}
@@ -36,6 +36,12 @@ def run_get_for_user(user, run_id: str) -> Run:
     if run is None:
         raise Http404("No such run.")
     return run
+
+
+def owns(user, run: Run) -> bool:
+    """The owner's own actions on a run (cancel it from its page, answer its question);
+    an operator does the rest from the operator side, with a reason."""
+    return bool(user and user.is_authenticated and run.owner_id == user.pk)
 
 
 def run_visible(user, run_id: str) -> bool:
@@ -186,3 +192,35 @@ def run_trouble_events(run: Run) -> list[RunEvent]:
     return list(RunEvent.objects.filter(run=run, kind="status")
                 .filter(Q(data__status=r.FAILED) | Q(data__status=r.NEEDS_ATTENTION))
                 .order_by("seq"))
+
+
+# --- chat agents (runs/chat/) --------------------------------------------------------------
+def run_latest_checkpoint(run: Run) -> Checkpoint | None:
+    """The checkpoint the run would resume from: the newest of its live branch."""
+    return (Checkpoint.objects.filter(run=run, branch=run.branch)
+            .order_by("-step_no", "-number").first())
+
+
+def run_stream_events(run: Run, *, upto: int) -> list[RunEvent]:
+    """The `stream` events since the run's last checkpoint event, up to seq `upto` (the
+    seq the page is rendered at: the live feed goes on from there)."""
+    last = (RunEvent.objects.filter(run=run, kind="checkpoint", seq__lte=upto)
+            .order_by("-seq").values_list("seq", flat=True).first()) or 0
+    return list(RunEvent.objects.filter(run=run, kind="stream", seq__gt=last, seq__lte=upto)
+                .order_by("seq"))
+
+
+def chat_queued(run: Run) -> list:
+    from runs.chat.models import ChatMessage
+
+    return list(ChatMessage.objects.filter(run=run, state=ChatMessage.QUEUED).order_by("id"))
+
+
+CHILDREN_SHOWN = 200
+
+
+def run_children(run: Run, limit: int = CHILDREN_SHOWN) -> tuple[list[Run], int]:
+    """The run's child runs (docs/children.md), oldest first, and how many there are."""
+    children = Run.objects.filter(parent_id=run.pk).order_by("created_at", "id")
+    return list(children[:limit]), children.count()
+

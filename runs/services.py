@@ -8,14 +8,15 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from runs.durable import control
 from runs.durable import records as r
-from runs.live import notify_run
+from runs.live.notify import notify_run
 from runs.models import Run
-from runs.store import OrmStore, run_row
-from runs.worker import enqueue_run
+from runs.storage import database_store
+from runs.storage.orm import OrmStore, run_row
+from runs.worker.execute import enqueue_run
 
 
 def store() -> OrmStore:
-    return OrmStore(notify=notify_run)
+    return database_store(notify=notify_run)
 
 
 def _actor(user) -> str:
@@ -32,12 +33,15 @@ def _after(record: r.RunRecord) -> Run:
     return run_row(record)  # as committed: reading it back costs a query for nothing
 
 
-def run_launch(*, user: AbstractBaseUser | None, agent: str, inputs) -> Run:
+def run_launch(*, user: AbstractBaseUser | None, agent: str, inputs,
+               run_id: str | None = None, budget=None) -> Run:
+    """`run_id`: chosen by the caller (an API launch under an Idempotency-Key)."""
     # No transaction around it: the store writes the run and its first event in one
     # (one statement on PostgreSQL), and the task is queued once that has committed.
     record = control.launch(store(), agent=agent, inputs=inputs,
-                            owner=str(user.pk) if user is not None else "",
-                            max_input_bytes=settings.AGENTOPS["MAX_INPUT_BYTES"])
+                            owner=str(user.pk) if user is not None else "", run_id=run_id,
+                            max_input_bytes=settings.AGENTOPS["MAX_INPUT_BYTES"],
+                            budget=budget)
     enqueue_run(record.id)
     # as the store wrote it, not read back (a worker may already hold it by now anyway):
     # a quarter of a launch's time went to reading it
@@ -66,10 +70,11 @@ def run_give_up(*, run_id: str, user, reason: str = "") -> Run:
 
 
 def run_rollback(*, run_id: str, checkpoint: int, user, reason: str = "",
-                 resume: bool | None = None) -> Run:
-    """`resume`: the new branch runs, or waits paused; None: a paused run stays paused."""
+                 resume: bool | None = None, children: str = "cancel") -> Run:
+    """`resume`: the new branch runs, or waits paused; None: a paused run stays paused.
+    `children`: "cancel" or "keep" the child runs its undone spawns launched."""
     return _after(control.rollback(store(), run_id, checkpoint=checkpoint, actor=_actor(user),
-                                   reason=reason, resume=resume))
+                                   reason=reason, resume=resume, children=children))
 
 
 def run_resolve_effect(*, run_id: str, seq: int, resolution: str, user, reason: str = "",

@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from runs.untrusted import UntrustedInputError, parse_json_bytes
+from runs.web.untrusted import UntrustedInputError, parse_json_bytes
 
 from .dataset import canonical_json
 from .errors import (

@@ -95,3 +95,18 @@ class PageHit(models.Model):
 
     def __str__(self):
         return f"page {self.page}: {self.hits} hits"
+
+
+class LlmCall(models.Model):
+    """One request that reached the scripted model, under its Idempotency-Key.
+
+    The evidence for a streamed answer cut short: the retry after a crash shows up
+    as a second request under the same key, and the cut one never completed."""
+
+    key = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    streamed = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return f"llm call {self.pk} ({self.key or 'no key'})"

@@ -39,6 +39,8 @@ class ChatRequest:
     tools: dict[str, dict] = field(default_factory=dict)  # name -> function definition
     tool_choice: str | dict = "auto"
     temperature: float = 1.0
+    stream: bool = False
+    include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
 
 
 def text_of(content) -> str:
@@ -57,8 +59,13 @@ def parse_request(body) -> ChatRequest:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise ChatRequestError("you must provide a model parameter", "model")
-    if body.get("stream"):
-        raise ChatRequestError("stream=true is not supported by the scripted model", "stream")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ChatRequestError("stream must be a boolean", "stream")
+    options = body.get("stream_options")
+    if options is not None and (not isinstance(options, dict) or not stream):
+        raise ChatRequestError("stream_options is only allowed with stream=true (an object)",
+                               "stream_options")
     if body.get("n", 1) != 1:
         raise ChatRequestError("n must be 1", "n")
     temperature = body.get("temperature", 1.0)
@@ -69,7 +76,8 @@ def parse_request(body) -> ChatRequest:
     tools = _parse_tools(body.get("tools"))
     messages = _parse_messages(body.get("messages"))
     tool_choice = _parse_tool_choice(body.get("tool_choice", "auto" if tools else "none"), tools)
-    return ChatRequest(model, messages, tools, tool_choice, float(temperature))
+    return ChatRequest(model, messages, tools, tool_choice, float(temperature), stream,
+                       bool((options or {}).get("include_usage")))
 
 
 def _parse_tools(tools) -> dict[str, dict]:

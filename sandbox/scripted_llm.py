@@ -10,6 +10,9 @@ and ``write_note(title, body)``. After the last user message the model, in turn:
 4. answers (finish_reason ``stop``), quoting the calculator's result, the note
    id and the top hit.
 
+Offered none of these but a ``transfer_to_<agent>`` tool (an OpenAI Agents SDK
+hand-off), it calls that first, once.
+
 Where it is in the script is read from the messages alone: the tool results
 after the last user message, matched to the calls that asked for them. A step
 whose tool is not in the request's ``tools`` is skipped. The same messages
@@ -31,6 +34,7 @@ import re
 from .openai_wire import ChatRequest, text_of
 
 SCRIPT = ("search_pages", "calculator", "write_note")
+HANDOFF_PREFIX = "transfer_to_"
 _STOPWORDS_TEXT = """a an and are about can could did do does find for from give how i in is it
     many me much of on or please show tell that the this to was what when where which who why will
     with would you your"""
@@ -199,6 +203,12 @@ def _next_step(request: ChatRequest, facts: dict) -> str | None:
     for step in SCRIPT:
         if step in request.tools and step not in facts["results"]:
             return step
+    if not any(step in request.tools for step in SCRIPT):
+        # An agent without the script's tools that may hand off (the OpenAI Agents
+        # SDK's transfer_to_<agent> tools): hand off, once.
+        handoff = next((t for t in request.tools if t.startswith(HANDOFF_PREFIX)), None)
+        if handoff is not None and handoff not in facts["results"]:
+            return handoff
     if choice == "required":
         # Forced to call a tool although the script is done: note down again.
         return next((s for s in reversed(SCRIPT) if s in request.tools), next(iter(request.tools)))
@@ -248,3 +258,48 @@ def _final_answer(facts: dict) -> str:
     if facts["note_id"] is not None:
         sentences.append(f"I saved a note with id {facts['note_id']}")
     return ". ".join(sentences) + "."
+
+
+# --- streaming -------------------------------------------------------------------
+
+TOKEN = re.compile(r"\s*\S+|\s+")
+ARGUMENT_PIECE = 16  # characters of a tool call's arguments per chunk
+
+
+def tokens(text: str) -> list[str]:
+    """The text in the pieces a model streams: a word with the space before it."""
+    return TOKEN.findall(text)
+
+
+def stream_chunks(completion: dict, *, include_usage: bool) -> list[dict]:
+    """The chat.completion.chunk objects a stream=true request gets for ``completion``.
+
+    Content comes a token at a time; a tool call comes as OpenAI sends one: its id
+    and name in the first chunk, its arguments in pieces after it.
+    """
+    choice = completion["choices"][0]
+    message = choice["message"]
+    base = {"id": completion["id"], "object": "chat.completion.chunk",
+            "created": completion["created"], "model": completion["model"],
+            "system_fingerprint": completion["system_fingerprint"]}
+
+    def chunk(delta, finish_reason=None):
+        return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                     "finish_reason": finish_reason}]}
+
+    chunks = [chunk({"role": "assistant", "content": "" if message["content"] else None})]
+    for piece in tokens(message["content"] or ""):
+        chunks.append(chunk({"content": piece}))
+    for index, call in enumerate(message.get("tool_calls") or []):
+        chunks.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                             "function": {"name": call["function"]["name"],
+                                                          "arguments": ""}}]}))
+        arguments = call["function"]["arguments"]
+        for start in range(0, len(arguments), ARGUMENT_PIECE):
+            piece = arguments[start:start + ARGUMENT_PIECE]
+            chunks.append(chunk({"tool_calls": [{"index": index,
+                                                 "function": {"arguments": piece}}]}))
+    chunks.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        chunks.append({**base, "choices": [], "usage": completion["usage"]})
+    return chunks

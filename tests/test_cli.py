@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 
 from runs.management.commands.runs import Command
 from runs.models import AuditEntry, Run, RunEvent
-from runs.operator_forms import ReasonForm
+from runs.operator.forms import ReasonForm
 from tests.support.processes import ROOT, process_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -36,7 +36,7 @@ def nothing_written():
     (["launch", "ticker", "--input", '{"steps": "many"}'], "'many' is not of type 'integer'"),
     (["launch", "ticker", "--input", '{"steps": 0}'], "0 is less than the minimum of 1"),
     (["launch", "ticker", "--user", "nobody"], "no user named 'nobody'"),
-    # the hostile classes (runs/untrusted.py), each refused before the engine or a query
+    # the hostile classes (runs/web/untrusted.py), each refused before the engine or a query
     (["launch", "ticker", "--input", '{"steps": 3, "n": "a\\u0000"}'], "NUL character"),
     (["launch", "ticker", "--input", '{"n": "\\ud800"}'], "lone surrogate"),
     (["launch", "ticker", "--input", '{"steps": Infinity}'], "not a JSON number"),
@@ -68,6 +68,20 @@ def test_launch_execute_show_and_list_in_json():
     assert [r["id"] for r in listed] == [launched["id"]]
     seqs = list(RunEvent.objects.filter(run_id=launched["id"]).values_list("seq", flat=True))
     assert seqs == list(range(1, len(seqs) + 1))
+
+
+def test_show_names_the_parent_and_the_children_and_rollback_keeps_them():
+    parent = json.loads(runs("launch", "fan_out", "--input", json.dumps(
+        {"children": 2, "steps": 1, "delay": 0, "child": "ticker"}), "--json"))
+    runs("execute", parent["id"])
+    shown = json.loads(runs("show", parent["id"], "--json"))
+    assert shown["status"] == "waiting" and len(shown["children"]) == 2
+    first = shown["children"][0]["id"]
+    assert f"parent: {parent['id']}" in runs("show", first)
+    runs("rollback", parent["id"], "--checkpoint", "1", "--children", "keep", "--then", "pause",
+         "--reason", "redo it")
+    assert set(Run.objects.filter(parent_id=parent["id"]).values_list("status", flat=True)) \
+        == {"queued"}
 
 
 def test_watch_exits_non_zero_unless_the_run_succeeded():

@@ -17,7 +17,7 @@ import subprocess
 import httpx
 import psutil
 
-from runs.live_shutdown import CLOSE_SERVICE_RESTART
+from runs.live.shutdown import CLOSE_SERVICE_RESTART
 from tests.support.live_sockets import close_codes
 from tests.support.processes import ROOT, free_port, wait_until
 

@@ -1,6 +1,6 @@
-"""The ORM store's one-statement commits on PostgreSQL (runs/store_pg.py): the fast
-path is really taken, writes what the general path writes, and is fenced. On SQLite
-the same commits take the general path and must write the same rows."""
+"""PgStore's one-statement commits on PostgreSQL (runs/storage/pg.py): they are really
+single statements, write what OrmStore's transactions write, and are fenced. On SQLite
+database_store() builds an OrmStore, whose transactions must write the same rows."""
 
 import time
 
@@ -8,13 +8,13 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from runs import store_pg
 from runs.durable import control
 from runs.durable import records as r
 from runs.durable.errors import FencedError
-from runs.durable.faults import faults
+from runs.durable.faults import InjectedFault, faults
 from runs.models import Checkpoint, Run, RunEvent
-from runs.store import OrmStore
+from runs.storage import database_store
+from runs.storage import pg as store_pg
 from tests.durable.agents_for_tests import REG
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,7 +37,7 @@ def statements(monkeypatch):
 
 @pytest.fixture
 def claimed():
-    store = OrmStore()
+    store = database_store()
     run = control.launch(store, agent="steps", inputs={"n": 3}, registry=REG)
     claim = store.claim(run.id, "w1", 30, time.time())
     return store, run.id, claim.run.epoch
@@ -92,19 +92,27 @@ def test_a_fenced_checkpoint_commit_writes_nothing(claimed, statements):
     assert list(RunEvent.objects.filter(run_id=run_id).values_list("seq", flat=True)) == [1]
 
 
-def test_an_armed_fault_point_inside_the_checkpoint_takes_the_general_path(claimed, statements):
+def test_a_fault_inside_the_checkpoint_fires_on_the_one_statement_path(claimed, statements):
+    """Arming the point inside the checkpoint's transaction changes no statement: on
+    PostgreSQL the production one-statement commit runs, and a fault there leaves
+    neither the checkpoint nor its event."""
     store, run_id, epoch = claimed
-    hits = []
-    faults.arm("after_checkpoint_before_event", lambda: hits.append(1))
+    faults.arm("after_checkpoint_before_event", "raise")
     try:
-        result = store.commit(run_id, epoch, checkpoint_commit(1))
+        with pytest.raises(InjectedFault):
+            store.commit(run_id, epoch, checkpoint_commit(1))
     finally:
         faults.disarm()
-    assert hits == [1] and statements == [] and result.checkpoint_number == 1
+    assert len(statements) == (1 if ON_POSTGRESQL else 0)
+    assert not Checkpoint.objects.filter(run_id=run_id).exists()
+    assert list(RunEvent.objects.filter(run_id=run_id).values_list("seq", flat=True)) == [1]
+    assert Run.objects.get(pk=run_id).checkpoint_count == 0
+    result = store.commit(run_id, epoch, checkpoint_commit(1))  # the same commit, unarmed
+    assert result.checkpoint_number == 1 and len(statements) == (2 if ON_POSTGRESQL else 0)
 
 
 def test_a_resume_reads_every_live_effect_in_order_across_pages(claimed, monkeypatch):
-    from runs import store as orm_store
+    from runs.storage import orm as orm_store
 
     monkeypatch.setattr(orm_store, "LOAD_PAGE", 2)
     store, run_id, epoch = claimed
@@ -116,7 +124,7 @@ def test_a_resume_reads_every_live_effect_in_order_across_pages(claimed, monkeyp
 
 
 def test_a_launch_writes_its_run_and_first_event_in_one_statement(statements):
-    store = OrmStore()
+    store = database_store()
     with CaptureQueriesContext(connection) as django_queries:
         run = control.launch(store, agent="steps", inputs={"n": 3}, registry=REG)
     if ON_POSTGRESQL:
@@ -128,7 +136,7 @@ def test_a_launch_writes_its_run_and_first_event_in_one_statement(statements):
 
 
 def test_a_claim_is_one_conditional_update_that_returns_the_run(statements):
-    store = OrmStore()
+    store = database_store()
     run = control.launch(store, agent="steps", inputs={"n": 3}, registry=REG)
     statements.clear()
     with CaptureQueriesContext(connection) as django_queries:
@@ -203,7 +211,7 @@ def test_a_claim_that_waited_on_a_zombies_commit_never_misses_its_writes(claimed
     def zombie():
         try:
             with transaction.atomic():
-                OrmStore().commit(run_id, epoch, r.Commit(effects=[intent]))
+                database_store().commit(run_id, epoch, r.Commit(effects=[intent]))
                 holding.set()
                 release.wait(10)
         finally:
@@ -211,7 +219,7 @@ def test_a_claim_that_waited_on_a_zombies_commit_never_misses_its_writes(claimed
 
     def claimer():
         try:
-            result["claim"] = OrmStore().claim(run_id, "w2", 30, time.time())
+            result["claim"] = database_store().claim(run_id, "w2", 30, time.time())
         finally:
             connection.close()
 

@@ -1,11 +1,11 @@
-"""runs/untrusted.py: the one parser for untrusted JSON and text."""
+"""runs/web/untrusted.py: the one parser for untrusted JSON and text."""
 
 import json
 
 import pytest
 
-from runs import untrusted
-from runs.untrusted import (
+from runs.web import untrusted
+from runs.web.untrusted import (
     MAX_DEPTH,
     BadTextError,
     NonFiniteNumberError,

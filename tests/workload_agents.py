@@ -81,6 +81,34 @@ class Steps(Agent):
         return Done({"units": state["n"], "total": state["total"]})
 
 
+@agent("fan_out", version="1", input_schema={
+    "type": "object",
+    "properties": {
+        "children": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 20},
+        "cap": {"type": "integer", "minimum": 1, "maximum": 100, "default": 5},
+        "steps": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 4},
+        "delay": {"type": "number", "minimum": 0, "maximum": 10, "default": 0.1},
+        "child": {"type": "string", "enum": ["steps", "ticker"], "default": "steps"},
+    },
+})
+class FanOut(Agent):
+    """Spawns `children` runs of `child` (at most `cap` at once; `steps` children notify
+    when done), then waits for them all: its output is their outputs, in spawn order."""
+
+    def start(self, inputs):
+        return {**inputs, "spawned": []}
+
+    def step(self, ctx, state):
+        if not state["spawned"]:
+            child_inputs = {"steps": state["steps"], "delay": state["delay"]}
+            if state["child"] == "steps":
+                child_inputs["notify"] = True
+            state["spawned"] = [ctx.spawn(state["child"], child_inputs, max_children=state["cap"])
+                                .as_state() for _ in range(state["children"])]
+            return state
+        return Done({"results": ctx.wait_all(state["spawned"])})
+
+
 @agent("ticker", version="1", input_schema={
     "type": "object",
     "properties": {

@@ -10,14 +10,15 @@ from django.db import connection
 from bench.compare import agents
 from runs.durable import WorkerConfig, control, execute_run
 from runs.models import Effect, Run
-from runs.store import OrmStore
+from runs.storage import database_store
+from runs.storage.orm import OrmStore
 
 TABLES = ("runs_run", "runs_checkpoint", "runs_effect", "runs_runevent")
 CONFIG = WorkerConfig(owner="bench:0:inprocess", lease_seconds=60, slice_seconds=1e9)
 
 
 def store() -> OrmStore:
-    return OrmStore()
+    return database_store()
 
 
 def run_in_process(agent: str, inputs: dict) -> tuple[str, float]:

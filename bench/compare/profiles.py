@@ -129,9 +129,9 @@ def profile_small_runs(n: int, top: int) -> None:
     the worker task does with a run (execute_run on the ORM store), in this process."""
     from django.db import transaction
 
-    from runs.config import worker_config
     from runs.durable import control, execute_run
-    from runs.store import OrmStore
+    from runs.storage import database_store
+    from runs.worker.config import worker_config
 
     with counting():
         prof = cProfile.Profile()
@@ -140,11 +140,11 @@ def profile_small_runs(n: int, top: int) -> None:
         ids = []
         for _ in range(n):
             with transaction.atomic():
-                ids.append(control.launch(OrmStore(), agent="bench-effects",
+                ids.append(control.launch(database_store(), agent="bench-effects",
                                           inputs={"n": 5}).id)
         launched = time.perf_counter()
         for run_id in ids:
-            assert execute_run(OrmStore(), run_id, worker_config()) == "succeeded"
+            assert execute_run(database_store(), run_id, worker_config()) == "succeeded"
         prof.disable()
         elapsed = time.perf_counter() - start
     print(f"\nlaunch: {(launched - start) / n * 1e3:.2f} ms a run; "

@@ -5,10 +5,10 @@ the store's calls against one-statement prototypes that write the same rows.
 
 1. A checkpoint commit (run update + checkpoint row + checkpoint event): the general
    ORM path was BEGIN, UPDATE, SELECT, INSERT, INSERT, COMMIT; prototype: one
-   statement of data-modifying CTEs. runs/store_pg.py now commits checkpoints so.
+   statement of data-modifying CTEs. runs/storage/pg.py now commits checkpoints so.
 2. Claim + load on resume: they were UPDATE + SELECT (claim) and three SELECTs (load);
    prototype: one statement (UPDATE ... RETURNING, latest checkpoint, effects after it).
-   runs/store_pg.py now claims so (with the plan fixes its comments explain); the
+   runs/storage/pg.py now claims so (with the plan fixes its comments explain); the
    store's load() is still three SELECTs.
 
 Both are implemented now: "today" below is the store as it is, so the ratios only
@@ -78,9 +78,9 @@ def checkpoint_commit() -> None:
 
     from runs.durable import control, serde
     from runs.durable import records as r
-    from runs.store import OrmStore
+    from runs.storage import database_store
 
-    store = OrmStore()
+    store = database_store()
     run = control.launch(store, agent="bench-steps", inputs={"n": 1})
     claim = store.claim(run.id, "bench:0:whatif", 600, time.time())
     epoch, step = claim.run.epoch, [0]
@@ -153,9 +153,9 @@ def effect_indexes() -> None:
 
     from runs.durable import control
     from runs.durable import records as r
-    from runs.store import OrmStore
+    from runs.storage import database_store
 
-    store = OrmStore()
+    store = database_store()
     run = control.launch(store, agent="bench-effects", inputs={"n": 1})
     epoch = store.claim(run.id, "bench:0:whatif", 600, time.time()).run.epoch
     seq = [0]

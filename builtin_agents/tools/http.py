@@ -25,6 +25,7 @@ import httpx
 from django.conf import settings
 
 from runs.durable import PermanentToolError, Retry, TransientToolError
+from runs.observability.tracing import downstream_headers
 
 TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 # Transient errors are retried for an hour (AGENTOPS_TOOL_RETRY_FOR): 0.1 s after the
@@ -86,11 +87,14 @@ def request(method: str, url: str, *, idempotency_key: str | None = None,
     """Send a request; return a 2xx/3xx response or raise a transient or permanent error.
 
     ``idempotency_key`` goes out as the ``Idempotency-Key`` header, so the target
-    can recognise a repeat of the same call (a replay after a crash).
+    can recognise a repeat of the same call (a replay after a crash), with the
+    effect's ``traceparent`` when tracing is on, so the target's spans join the run's
+    trace (docs/observability.md).
     """
     headers = dict(headers or {})
     if idempotency_key:
         headers["Idempotency-Key"] = idempotency_key
+        headers.update(downstream_headers())
     try:
         response = client().request(method, url, headers=headers, **kwargs)
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:

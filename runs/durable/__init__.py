@@ -1,13 +1,18 @@
 """agentops' durable execution engine. Framework-free: it imports nothing from Django.
 
-Public API (docs/ARCHITECTURE.md): agent, Agent, Done, tool, Retry, RunContext and the errors
+Public API (docs/ARCHITECTURE.md): agent, Agent, Done, tool, Retry, RunContext, Call (a call of
+ctx.parallel, docs/parallel.md) and the errors
 (docs/retries.md: retry policies, TransientToolError and PermanentToolError).
 """
 
+from .children import Child
 from .context import RunContext, idempotency_key
 from .errors import (
                      AgentNotFoundError,
+                     ApprovalDeniedError,
+                     CallRefusedError,
                      CheckpointNotFoundError,
+                     ChildFailedError,
                      DurableError,
                      EffectNotFoundError,
                      FencedError,
@@ -23,6 +28,7 @@ from .errors import (
                      TransientToolError,
 )
 from .executor import execute_run
+from .parallel import Call
 from .registry import (
                      Agent,
                      AgentRegistry,
@@ -37,7 +43,7 @@ from .registry import (
 from .session import Outcome, WorkerConfig
 
 __all__ = [
-    "Agent", "AgentNotFoundError", "AgentRegistry", "CheckpointNotFoundError", "Done",
+    "Agent", "AgentNotFoundError", "Call", "AgentRegistry", "ApprovalDeniedError", "CallRefusedError", "CheckpointNotFoundError", "Child", "ChildFailedError", "Done",
     "DurableError", "EffectNotFoundError", "FencedError", "InDoubtEffectError",
     "InputValidationError", "InvalidTransitionError", "NonDeterminismError", "Outcome",
     "PermanentToolError", "Retry", "RunContext", "RunNotFoundError", "StateNotSerializableError",

@@ -3,6 +3,8 @@
 The flow of `call`, read top to bottom: is there a logged result at this
 position? Then check it is the same call and return (or re-raise) it. Else
 write the intent if the tool is not idempotent, call it, and log the outcome.
+What replay knows (the logged effects, a halt, settling) is the session's
+ReplayState (runs/durable/replay.py), shared with every context of the session.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import random as _random
 import time
 from typing import TYPE_CHECKING, Any
 
+from . import children, events, gates, metering, parallel, streaming
 from . import records as r
-from .errors import InDoubtEffectError, NonDeterminismError, ToolFailedError
+from .errors import FencedError, InDoubtEffectError, ToolFailedError
 from .faults import faults
 from .registry import Tool
 from .retry import LONGEST_WAIT, outcome_unknown, retry_after, retryable
@@ -67,8 +70,13 @@ def idempotency_key(run_id: str, branch: int, step_no: int, seq: int) -> str:
 
 
 class RunContext:
+    """What one step sees. It shares the session's ReplayState (runs/durable/replay.py)
+    and writes through the session's journal methods (log_effect, buffer_record, emit,
+    set_progress) and boundaries (effect_boundary, ensure_lease); nothing else."""
+
     def __init__(self, session: RunSession, step_no: int, *, live: bool = False):
         self._session = session
+        self._replay = session.replay
         self.step_no = step_no
         self._seq = 0
         # on_resume's context: calls are fresh every time, never replayed
@@ -94,38 +102,84 @@ class RunContext:
 
     @property
     def is_replaying(self) -> bool:
-        return self._session.replay_pending() > 0
+        return self._replay.replaying
 
     # --- effects ----------------------------------------------------------------
     def call(self, tool: Tool, *args, **kwargs) -> Any:
+        """Replay the call logged at this position, or make it and log it.
+
+        1. a logged outcome: the same result (or error) again, without calling;
+        2. logged but unfinished (in doubt, waiting to retry, an operator's retry):
+           decide whether it may be called again under its key;
+        3. new: an effect boundary (pause, cancel, shutdown), the intent written
+           ahead for a non-idempotent tool;
+        then `_invoke`: call the tool under its retry policy and log the outcome.
+        """
         if not isinstance(tool, Tool):
             raise TypeError(f"ctx.call needs a @tool, got {tool!r}")
         position, recorded = self._next(r.CALL, tool.name, args, kwargs)
-        if recorded is not None:
-            if recorded.status == r.DONE:
-                return recorded.result
-            if recorded.status == r.RETRYING:
-                return self._retry(tool, recorded, args, kwargs)
-            if recorded.status == r.ERROR and recorded.resolution != "retry":
-                raise _tool_error(recorded)
-            if not tool.idempotent and recorded.resolution != "retry":
-                if self._session.settling:  # cancelled: nothing to settle by calling it
-                    raise Stop(r.CANCEL)
-                error = InDoubtEffectError(position=position, tool=tool.name, key=recorded.key)
-                error.record = recorded
-                raise self._session.halt(error)
-            record = recorded  # in doubt (idempotent) or an operator said retry: same key
-            if not tool.idempotent:
-                # The operator's retry is used up as it starts: if this attempt is cut
-                # short too, it is in doubt again, never repeated without an operator.
-                record.status, record.resolution, record.error = r.INTENT, "", None
-                self._session.log_effect(record)
+        return self._resolve(tool, position, recorded, args, kwargs)
+
+    def _resolve(self, tool: Tool, position, recorded, args, kwargs, *,
+                 digest_kwargs: dict | None = None) -> Any:
+        """A call at its position: replayed, made again, or made. `digest_kwargs`: what
+        a parallel call's digest covers besides its arguments (runs/durable/parallel.py)."""
+        if recorded is None:
+            record = self._begin(position, tool, args, kwargs, digest_kwargs=digest_kwargs)
+        elif recorded.status == r.DONE:
+            self._session.observed.replayed(recorded)
+            return recorded.result
+        elif recorded.status == r.RETRYING:
+            return self._retry(tool, recorded, args, kwargs)
+        elif recorded.status == r.ERROR and recorded.resolution != "retry":
+            self._session.observed.replayed(recorded)
+            raise _tool_error(recorded)
         else:
-            self._session.effect_boundary(settles=tool.idempotent)
-            record = self._new_record(position, r.CALL, tool, args, kwargs)
-            if not tool.idempotent:
-                self._session.log_effect(record)  # write-ahead intent
+            record = self._again(position, tool, recorded, args, kwargs)
+        if record.resolution == "skip" and record.status == r.DONE:  # a gate's skip, logged
+            return record.result
         return self._invoke(tool, record, args, kwargs)
+
+    def _begin(self, position, tool: Tool, args, kwargs, *,
+               digest_kwargs: dict | None = None) -> r.EffectRecord:
+        """A call that was never made: past the effect boundary, its intent logged first
+        unless the tool is idempotent (its key makes a repeat harmless). The gates see the
+        call's own arguments, never a parallel group's digest extras."""
+        self._session.effect_boundary(settles=tool.idempotent)
+        record = self._new_record(position, r.CALL, tool, args,
+                                  kwargs if digest_kwargs is None else digest_kwargs)
+        self._gate(tool, record, args, kwargs)
+        if not tool.idempotent and record.status == r.INTENT:
+            self._session.log_effect(record)  # write-ahead intent
+        return record
+
+    def _again(self, position, tool: Tool, recorded: r.EffectRecord, args, kwargs
+               ) -> r.EffectRecord:
+        """A logged call without an outcome (in doubt), or one an operator said to retry:
+        an idempotent tool is called again under the same key; a non-idempotent one
+        only on the operator's word."""
+        if not tool.idempotent and recorded.resolution != "retry":
+            if self._session.settles_cancel():  # nothing to settle by calling it
+                raise Stop(r.CANCEL)
+            error = InDoubtEffectError(position=position, tool=tool.name, key=recorded.key)
+            error.record = recorded
+            raise self._replay.halt(error)
+        self._gate(tool, recorded, args, kwargs)  # called again: the gates decide again
+        if recorded.status == r.DONE:  # skipped
+            return recorded
+        if not tool.idempotent:
+            # The operator's retry is used up as it starts: if this attempt is cut
+            # short too, it is in doubt again, never repeated without an operator.
+            recorded.status, recorded.resolution, recorded.error = r.INTENT, "", None
+            self._session.log_effect(recorded)
+        return recorded
+
+    def _gate(self, tool: Tool, record: r.EffectRecord, args, kwargs) -> None:
+        """Before anything of a call reaches the log or the world: the session's gates
+        may let it through, hold the run (Held) or refuse it (runs/durable/gates.py).
+        on_resume's calls are never replayed, so they cannot be held: not gated."""
+        if not self._live:
+            gates.check_call(self._session, tool, record, args, kwargs)
 
     def _retry(self, tool: Tool, record: r.EffectRecord, args, kwargs):
         """The next attempt of a call waiting out its retry policy on a durable timer.
@@ -140,6 +194,8 @@ class RunContext:
         self._session.effect_boundary(settles=tool.idempotent)
         if remaining > 0:
             time.sleep(remaining)
+        if not self._live:  # a shared limit counts this attempt too (before its intent)
+            gates.check_attempt(self._session, tool, record, args, kwargs)
         if not tool.idempotent:
             # This attempt may reach the target: until its outcome is logged, it is in doubt.
             record.status, record.error = r.INTENT, None
@@ -148,46 +204,81 @@ class RunContext:
 
     def _invoke(self, tool: Tool, record: r.EffectRecord, args, kwargs, *,
                 first_at: float | None = None):
-        session = self._session
-        session.settling = False
-        session.ensure_lease()
-        tag = f"{session.run.agent}/{tool.name}"
-        faults.hit("before_effect", tag)
+        """Call the tool (its attempts under its policy) and log the outcome."""
+        with self._session.observed.effect(record):  # a span, the latency, the log context
+            try:
+                self._before_invoke(tool, record, first_at=first_at)
+                result, error = self._attempts(tool, record, args, kwargs)
+                return self._after_invoke(tool, record, result, error, call=(args, kwargs))
+            finally:  # a slot of a shared limit is given back however the call ended
+                gates.call_ended(self._session, tool, record)
+
+    def _before_invoke(self, tool: Tool, record: r.EffectRecord, *,
+                       first_at: float | None) -> None:
+        """The last instant before the outside world is touched: the intent (if any) is
+        logged and the lease is ours. A check that may refuse or hold the call goes
+        here, after the lease check and before the fault point."""
+        self._replay.settled()
+        self._session.ensure_lease()
+        faults.hit("before_effect", self._tag(tool))
         if first_at is None:  # a first attempt (not the next one after a durable wait)
             record.started_at, record.attempts = time.time(), 0
+
+    def _attempts(self, tool: Tool, record: r.EffectRecord, args, kwargs):
+        """(result, None) or (None, the last error): attempts until one succeeds or the
+        policy gives up. A wait too long to block on leaves as a durable timer."""
         call_kwargs = dict(kwargs, idempotency_key=record.key) if tool.idempotent else kwargs
         while True:
             record.attempts += 1
             try:
                 result = tool.fn(*args, **call_kwargs)
+                if tool.stream:  # chunks to the viewers as they come, the result logged
+                    result = streaming.drain(self._session, record, result)
                 check_serializable(result, f"result of {tool.name}")
-                error = None
-                break
+                return result, None
+            except FencedError:  # a streamed batch was refused: not the tool's failure
+                raise
             except Exception as exc:  # a tool's failure is data: logged, replayed
-                error = exc
                 wait = self._next_wait(tool, record, exc)
                 if wait is None:
-                    break
+                    return None, exc
                 if wait > INLINE_SLEEP_SECONDS:
-                    faults.hit("before_retry_wait", tag)
+                    faults.hit("before_retry_wait", self._tag(tool))
                     raise self._retry_later(record, exc, wait) from exc
                 time.sleep(wait)
-                session.ensure_lease()
+                self._session.ensure_lease()
+
+    def _after_invoke(self, tool: Tool, record: r.EffectRecord, result, error, *,
+                      call: tuple = ((), {})):
+        """The tool returned (or failed for good): log the outcome, hand it to the step.
+        A hook that sees every outcome goes here, before the log."""
         if error is not None and outcome_unknown(error, idempotent=tool.idempotent) \
                 and not self._live:
             raise self._in_doubt(record, error) from error
         record.finished_at = time.time()
         record.resolution = ""
+        usage = None
         if error is None:
             record.status, record.result = r.DONE, result
+            usage = self._meter(tool, record, result, *call)
         else:
             record.status, record.result = r.ERROR, None
             record.error = error_data(error, permanent=not retryable(error, idempotent=True))
-        faults.hit("after_effect_before_log", tag)
-        session.log_effect(record)
+        faults.hit("after_effect_before_log", self._tag(tool))
+        self._session.log_effect(record, usage=usage)
         if error is not None:
             raise _tool_error(record) from error
         return result
+
+    def _meter(self, tool: Tool, record: r.EffectRecord, result, args, kwargs) -> dict | None:
+        """A metered call's usage, on its record; the session adds it to the run's totals
+        in the commit of its outcome, so that a replay (which returns the logged result)
+        never counts it again (runs/durable/metering.py)."""
+        if tool.meter is None:
+            return None
+        record.usage = metering.measure(tool, result, gates.named_arguments(tool, args, kwargs),
+                                        self._session.config.price)
+        return record.usage
 
     def _in_doubt(self, record: r.EffectRecord, exc: Exception) -> InDoubtEffectError:
         """Halt the run on a call that may have happened: its intent stays without an
@@ -198,11 +289,12 @@ class RunContext:
         error = InDoubtEffectError(position=record.position, tool=record.tool, key=record.key,
                                    error=describe_error(exc))
         error.record = record
-        return self._session.halt(error)
+        return self._replay.halt(error)
 
     def _next_wait(self, tool: Tool, record: r.EffectRecord, exc: Exception) -> float | None:
         """Seconds until the next attempt, or None: the error is final. Each failed
         attempt is an event."""
+        gates.attempt_failed(self._session, tool, record, exc)
         wait = None
         if retryable(exc, idempotent=tool.idempotent):
             wait = tool.retry.next_wait(record.attempts, first_at=record.started_at,
@@ -210,10 +302,8 @@ class RunContext:
                                         retry_after=retry_after(exc))
         if wait is not None and wait > INLINE_SLEEP_SECONDS and self._live:
             wait = None  # on_resume's calls are never replayed, so they cannot wait durably
-        self._session.emit("attempt", {
-            "step": record.step_no, "seq": record.seq, "tool": record.tool,
-            "attempt": record.attempts, "error": describe_error(exc),
-            "retry_in": None if wait is None else round(wait, 3)}, live=True)
+        self._session.observed.attempt_failed(record, exc, wait)
+        self._session.emit(events.attempt(record, describe_error(exc), wait))
         return wait
 
     def _retry_later(self, record: r.EffectRecord, exc: Exception, wait: float) -> Suspend:
@@ -224,6 +314,24 @@ class RunContext:
         record.result = {"wake_at": wake_at, "first_at": record.started_at, "wait": wait}
         return Suspend(wake_at=wake_at, reason=retry_reason(record), records=[record],
                        events=[])
+
+    def parallel(self, calls, *, max_concurrency: int = 8,
+                 return_exceptions: bool = False) -> list:
+        """Make `calls` (each `Call(tool, *args, **kwargs)` or `(tool, *args)`) at once, at
+        most `max_concurrency` at a time; their results in the order asked, on every
+        replay (docs/parallel.md). A failed call raises its ToolFailedError once all
+        are done, or is returned in its place with `return_exceptions=True`."""
+        return parallel.run_group(self, calls, max_concurrency=max_concurrency,
+                                  return_exceptions=return_exceptions)
+
+    def map(self, tool: Tool, items, *, max_concurrency: int = 8,
+            return_exceptions: bool = False) -> list:
+        """`tool(item)` for every item, at once: ctx.parallel of one tool."""
+        if not isinstance(tool, Tool):
+            raise TypeError(f"ctx.map needs a @tool, got {tool!r}")
+        return self.parallel([parallel.Call(tool, item) for item in items],
+                             max_concurrency=max_concurrency,
+                             return_exceptions=return_exceptions)
 
     def now(self) -> float:
         """The current time (POSIX seconds), the same on every replay."""
@@ -287,34 +395,53 @@ class RunContext:
         record.args = {"prompt": prompt, "schema": schema}
         record.started_at = time.time()
         raise Suspend(wake_at=None, reason=reason, records=[record],
-                      events=[("input_requested", {"prompt": prompt, "schema": schema,
-                                                   "seq": position[2], "step": position[1]})])
+                      events=[events.input_requested(prompt, schema, step=position[1],
+                                                     seq=position[2])])
+
+    # --- child runs (docs/children.md) ----------------------------------------------
+    def spawn(self, agent: str, inputs: dict | None = None, *,
+              max_children: int = children.DEFAULT_MAX_CHILDREN) -> children.Child:
+        """Launch a child run of `agent` (its own run, page and audit, owned by this
+        run's owner) and return its handle at once. Logged: a replay returns the same
+        child, never a second one. With `max_children` children of this run not yet
+        ended, the run waits (without a worker) for one to end first."""
+        return children.spawn(self, agent, inputs, max_children=max_children)
+
+    def wait(self, child) -> Any:
+        """The output of a child run, once it ends; the run gives its worker up until
+        then. A failed or cancelled child raises ChildFailedError."""
+        return self.wait_all([child])[0]
+
+    def wait_all(self, handles, *, return_exceptions: bool = False) -> list:
+        """The outputs of child runs in the order given, once all have ended (the run
+        waits without a worker). A failed or cancelled child raises ChildFailedError,
+        or stands in its place with `return_exceptions=True`."""
+        return children.wait_all(self, handles, return_exceptions=return_exceptions)
 
     # --- viewer-facing ------------------------------------------------------------
+    # A replay of a logged position already wrote what the step emitted before it, with
+    # that position's commit: writing it again would duplicate it for viewers.
+    # (on_resume's context is `live`: never replayed, so always written.)
     def log(self, message: str) -> None:
-        self._session.emit("log", {"step": self.step_no, "message": _text(message, 4000)},
-                           live=self._live)
+        if self._live or not self._replay.replaying:
+            self._session.emit(events.log(self.step_no, _text(message, 4000)))
 
     def progress(self, done: float, total: float, message: str = "") -> None:
-        self._session.set_progress(done, total, _text(message, 500), live=self._live)
+        if self._live or not self._replay.replaying:
+            self._session.set_progress(done, total, _text(message, 500))
 
     # --- internals ----------------------------------------------------------------
     def _next(self, kind: str, name: str, args, kwargs):
-        if self._session.halted is not None:  # the agent caught it and went on: stop again
-            raise self._session.halted
+        self._replay.raise_if_halted()  # the agent caught it and went on: stop again
         seq = self._seq
         self._seq += 1
         position = (self.branch, self.step_no, seq)
         if self._live:
             return position, None
-        recorded = self._session.replay_take(position)
-        if recorded is not None:
-            attempted = {"kind": kind, "tool": name, "args_preview": preview(args, kwargs),
-                         "digest": digest(name, args, kwargs)}
-            if (recorded.kind, recorded.tool, recorded.digest) != (kind, name, attempted["digest"]):
-                raise self._session.halt(NonDeterminismError(
-                    position=position, recorded=recorded.describe(), attempted=attempted))
-        return position, recorded
+        return position, self._replay.take(position, kind, name, args, kwargs)
+
+    def _tag(self, tool: Tool) -> str:
+        return f"{self._session.run.agent}/{tool.name}"
 
     def _new_record(self, position, kind, tool: Tool | None, args, kwargs) -> r.EffectRecord:
         branch, step_no, seq = position
@@ -331,6 +458,8 @@ class RunContext:
 
 
 def _tool_error(record: r.EffectRecord) -> ToolFailedError:
+    if record.resolution == gates.REFUSED:  # a gate refused it: the same error again
+        return gates.refusal(record)
     error = record.error or {}
     return ToolFailedError(record.tool, error.get("type", "Error"), error.get("message", ""),
                            record.attempts, permanent=bool(error.get("permanent")))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 
+from . import events, family, observe
 from . import records as r
 from .errors import (
     CheckpointNotFoundError,
@@ -37,8 +38,13 @@ REACHED = (r.DONE, r.INTENT)
 
 def launch(store, *, agent: str, inputs, owner: str = "", run_id: str | None = None,
            registry: AgentRegistry = default_registry,
-           max_input_bytes: int = MAX_INPUT_BYTES) -> r.RunRecord:
+           max_input_bytes: int = MAX_INPUT_BYTES, budget: dict | None = None,
+           parent_id: str | None = None, spawn_key: str | None = None) -> r.RunRecord:
+    """`budget`: the run's budget (docs/budgets.md); None takes the agent's default.
+    `parent_id`, `spawn_key`: a child run launched by its parent's spawn effect
+    (docs/children.md); the store returns the child already launched under the key."""
     agent_cls = type(registry.get(agent))
+    budget = check_budget(agent_cls.default_budget if budget is None else budget)
     validated = validate_inputs(agent_cls, inputs)
     check_serializable(validated, "inputs")
     size = len(dumps(validated).encode())
@@ -46,17 +52,20 @@ def launch(store, *, agent: str, inputs, owner: str = "", run_id: str | None = N
         raise InputValidationError(f"inputs are too large: {size} bytes, over the limit of "
                                    f"{max_input_bytes} bytes")
     run = r.RunRecord(id=run_id or uuid.uuid4().hex, agent=agent,
-                      agent_version=str(agent_cls.version), inputs=validated, owner=owner)
-    return store.create_run(run)
+                      agent_version=str(agent_cls.version), inputs=validated, owner=owner,
+                      budget=budget, parent_id=parent_id, spawn_key=spawn_key)
+    created = store.create_run(run)
+    observe.current().launched(created)
+    return created
 
 
 def pause(store, run_id: str, *, actor: str, reason: str = "") -> r.RunRecord:
     def decide(run):
         if run.status == r.RUNNING:
-            return r.Commit(run={"control": r.PAUSE}, events=[("control", {"action": "pause"})])
+            return r.Commit(run={"control": r.PAUSE}, events=[events.control("pause")])
         if run.status in (r.QUEUED, r.WAITING):
             return r.Commit(run={"status": r.PAUSED, "control": None, "suspended_at": time.time()},
-                            events=[("status", {"status": r.PAUSED, "reason": "paused"})],
+                            events=[events.status(r.PAUSED, reason="paused")],
                             take_over=True)
         raise InvalidTransitionError("pause", run.status)
     return _act(store, run_id, "pause", actor, reason, decide)
@@ -79,7 +88,7 @@ def resume(store, run_id: str, *, actor: str, reason: str = "", upgrade: bool = 
                 return r.Commit(run={"status": r.QUEUED, "agent_version": version,
                                      "control": None, "attention": None, "error": None,
                                      "crash_count": 0},
-                                events=[("status", {"status": r.QUEUED, "reason": "upgrade"})],
+                                events=[events.status(r.QUEUED, reason="upgrade")],
                                 take_over=True)
             latest = loaded.checkpoint
             return _fork(run, _forks(store, run_id), latest,
@@ -88,11 +97,11 @@ def resume(store, run_id: str, *, actor: str, reason: str = "", upgrade: bool = 
         attention = (run.attention or {}).get("kind")
         queued = {"status": r.QUEUED, "control": None, "attention": None, "error": None,
                   "crash_count": 0}
-        event = ("status", {"status": r.QUEUED, "reason": "resumed"})
+        event = events.status(r.QUEUED, reason="resumed")
         if run.status == r.PAUSED:
             return r.Commit(run=queued, events=[event], take_over=True)
         if run.status == r.RUNNING and run.control == r.PAUSE:
-            return r.Commit(run={"control": None}, events=[("control", {"action": "resume"})])
+            return r.Commit(run={"control": None}, events=[events.control("resume")])
         if run.status == r.FAILED:
             retried = [_with(e, resolution="retry") for e in store.load(run_id).effects
                        if e.status == r.ERROR]
@@ -110,34 +119,90 @@ def resume(store, run_id: str, *, actor: str, reason: str = "", upgrade: bool = 
 
 
 def cancel(store, run_id: str, *, actor: str, reason: str = "") -> r.RunRecord:
+    """Cancel the run and, with it, every child of it that has not ended (and theirs)."""
+    cancelled = _cancel(store, run_id, actor=actor, reason=reason)
+    cancel_children(store, run_id, actor=actor, reason=reason)
+    return cancelled
+
+
+def cancel_children(store, run_id: str, *, actor: str, reason: str = "",
+                    only: set[str] | None = None) -> list[str]:
+    """Cancel the children of the run that have not ended (those in `only`, if given),
+    each with its own audit entry and its own children: the ids cancelled."""
+    cancelled = []
+    for child in store.children(run_id, active_only=True):
+        if only is not None and child.id not in only:
+            continue
+        try:
+            cancel(store, child.id, actor=actor,
+                   reason=f"parent run {run_id} cancelled" + (f": {reason}" if reason else ""))
+        except InvalidTransitionError:
+            continue  # it ended meanwhile
+        cancelled.append(child.id)
+    return cancelled
+
+
+def _cancel(store, run_id: str, *, actor: str, reason: str) -> r.RunRecord:
     def decide(run):
         if run.status == r.RUNNING:
-            return r.Commit(run={"control": r.CANCEL}, events=[("control", {"action": "cancel"})])
+            return r.Commit(run={"control": r.CANCEL}, events=[events.control("cancel")])
         if run.status in r.FINAL_STATUSES:
             raise InvalidTransitionError("cancel", run.status)
         # What it waited for (a retry, an answer) or needed is over: no attention left.
         return r.Commit(run={"status": r.CANCELLED, "control": None, "wake_at": None,
                              "attention": None},
-                        events=[("status", {"status": r.CANCELLED, "reason": "cancelled"})],
+                        events=[events.status(r.CANCELLED, reason="cancelled")],
                         take_over=True)
     return _act(store, run_id, "cancel", actor, reason, decide)
 
 
+CHILDREN_CHOICES = ("cancel", "keep")
+
+
 def rollback(store, run_id: str, *, checkpoint: int, actor: str, reason: str = "",
-             resume: bool | None = None) -> r.RunRecord:
+             resume: bool | None = None, children: str = "cancel") -> r.RunRecord:
     """Fork a new branch from `checkpoint`. `resume`: the new branch runs (True) or
     waits paused (False); None keeps a paused run paused (or one whose pause is
-    pending) and lets any other run go on."""
+    pending) and lets any other run go on. `children`: what becomes of the child runs
+    launched by the spawns it undoes (docs/children.md): "cancel" those that have not
+    ended, or "keep" them running (they stay linked, nobody waits for them)."""
+    if children not in CHILDREN_CHOICES:
+        raise InputValidationError(f"children must be one of {', '.join(CHILDREN_CHOICES)}",
+                                   field="children")
     details = {"checkpoint": checkpoint}
+    undone: list[r.RunRecord] = []
 
     def decide(run):
         history = store.history(run_id, r.HistoryQuery(forks=True, checkpoint=checkpoint))
         target = _checkpoint(run, history, checkpoint)
         goes_on = not stays_paused(run) if resume is None else resume
         details["then"] = "resume" if goes_on else "pause"
-        return _fork(run, history, target, checkpoint_state(target, history.checkpoints),
-                     status=r.QUEUED if goes_on else r.PAUSED, reason="rollback")
-    return _act(store, run_id, "rollback", actor, reason, decide, details=details)
+        commit = _fork(run, history, target, checkpoint_state(target, history.checkpoints),
+                       status=r.QUEUED if goes_on else r.PAUSED, reason="rollback")
+        undone[:] = undone_children(store, run, history, commit.supersede)
+        if undone:
+            details["children"] = children
+        return commit
+    rolled_back = _act(store, run_id, "rollback", actor, reason, decide, details=details)
+    if children == "cancel" and undone:
+        cancel_children(store, run_id, actor=actor, only={c.id for c in undone},
+                        reason=f"rolled back past its spawn: {reason}".rstrip(": "))
+    return rolled_back
+
+
+def undone_children(store, run: r.RunRecord, history: r.History,
+                    supersede: r.Supersede) -> list[r.RunRecord]:
+    """The child runs launched by spawns that `supersede` undoes: those whose spawn key
+    (their launch position) is on the run's live lineage and past the rollback's target.
+    Read from the children, not the effect log: a rollback reads no effect."""
+    live = set(_lineage(history, run.branch))
+    undone = []
+    for child in store.children(run.id):
+        branch, step_no = family.spawned_at(child)
+        if branch in live and (step_no > supersede.after_step
+                               or branch not in supersede.keep_branches):
+            undone.append(child)
+    return undone
 
 
 def stays_paused(run: r.RunRecord) -> bool:
@@ -210,10 +275,8 @@ def resolve_effect(store, run_id: str, *, seq: int, resolution: str, actor: str,
                              finished_at=time.time())
         return r.Commit(run={"status": r.QUEUED, "attention": None, "crash_count": 0},
                         effects=[resolved],
-                        events=[("effect", {"step": effect.step_no, "seq": seq, "tool": effect.tool,
-                                            "key": effect.key, "status": resolved.status,
-                                            "resolution": resolution}),
-                                ("status", {"status": r.QUEUED, "reason": f"resolved: {resolution}"})],
+                        events=[events.resolved(resolved, resolution),
+                                events.status(r.QUEUED, reason=f"resolved: {resolution}")],
                         take_over=True)
     return _act(store, run_id, "resolve", actor, reason, decide,
                 details={"seq": seq, "resolution": resolution, "result": result})
@@ -237,9 +300,8 @@ def provide_input(store, run_id: str, *, value, actor: str) -> r.RunRecord:
         answered = _with(effect, status=r.DONE, result=value, finished_at=time.time())
         return r.Commit(run={"status": r.QUEUED, "attention": None, "wake_at": None},
                         effects=[answered],
-                        events=[("input_received", {"seq": effect.seq, "step": effect.step_no,
-                                                    "value": value}),
-                                ("status", {"status": r.QUEUED, "reason": "input received"})],
+                        events=[events.input_received(answered),
+                                events.status(r.QUEUED, reason="input received")],
                         take_over=True)
     return _act(store, run_id, "input", actor, "", decide)
 
@@ -251,8 +313,7 @@ def retry_now(store, run_id: str, *, actor: str, reason: str = "") -> r.RunRecor
         woken = _with(effect, result={**effect.result, "wake_at": time.time()})
         return r.Commit(run={"status": r.QUEUED, "wake_at": None, "attention": None},
                         effects=[woken],
-                        events=[("status", {"status": r.QUEUED, "reason": "retry now",
-                                            "tool": effect.tool})],
+                        events=[events.status(r.QUEUED, reason="retry now", tool=effect.tool)],
                         take_over=True)
     return _act(store, run_id, "retry_now", actor, reason, decide)
 
@@ -269,11 +330,9 @@ def give_up(store, run_id: str, *, actor: str, reason: str = "") -> r.RunRecord:
         failed = _with(effect, status=r.ERROR, error=error, result=None, finished_at=time.time())
         return r.Commit(run={"status": r.QUEUED, "wake_at": None, "attention": None},
                         effects=[failed],
-                        events=[("effect", {"step": effect.step_no, "seq": effect.seq,
-                                            "tool": effect.tool, "key": effect.key,
-                                            "status": r.ERROR, "resolution": "give_up"}),
-                                ("status", {"status": r.QUEUED, "reason": "gave up retrying",
-                                            "tool": effect.tool})],
+                        events=[events.resolved(failed, "give_up"),
+                                events.status(r.QUEUED, reason="gave up retrying",
+                                              tool=effect.tool)],
                         take_over=True)
     return _act(store, run_id, "give_up", actor, reason, decide)
 
@@ -292,13 +351,17 @@ def _retrying_effect(store, run, action: str) -> r.EffectRecord:
 def rollback_preview(store, run_id: str, *, checkpoint: int) -> dict:
     """What a rollback to `checkpoint` undoes, for the operator to confirm: every call
     it supersedes (in log order) and, per tool, how many there are and how many of
-    them were not idempotent and reached the outside world (done, or in doubt)."""
+    them were not idempotent and reached the outside world (done, or in doubt); and
+    the child runs its undone spawns launched, which the rollback cancels or keeps."""
     run = store.get(run_id)
     history = store.history(run_id, r.HistoryQuery(forks=True, checkpoint=checkpoint))
     target = _checkpoint(run, history, checkpoint)
     supersede = _supersede(history, target, _next_branch(run, history))
     undone = [e for e in store.history(run_id, r.HistoryQuery(superseded_by=supersede)).effects
               if e.kind == r.CALL]
+    children = [{"run_id": c.id, "agent": c.agent, "status": c.status,
+                 "ended": c.status in r.FINAL_STATUSES}
+                for c in undone_children(store, run, history, supersede)]
     by_tool: dict[str, dict] = {}
     for e in undone:
         tool = by_tool.setdefault(e.tool, {"tool": e.tool, "calls": 0, "not_idempotent": 0,
@@ -312,9 +375,81 @@ def rollback_preview(store, run_id: str, *, checkpoint: int) -> dict:
                                                                  key=lambda t: -t["calls"]),
             "not_idempotent": sum(t["not_idempotent"] for t in by_tool.values()),
             "reached": sum(t["reached"] for t in by_tool.values()),
+            "children": children,
             "effects": [{"step": e.step_no, "seq": e.seq, "branch": e.branch, "tool": e.tool,
                          "key": e.key, "status": e.status, "idempotent": e.idempotent,
                          "args_preview": e.args_preview} for e in undone]}
+
+
+# --- budgets and gates' holds (docs/budgets.md, docs/approvals.md) --------------------------
+BUDGET_UNITS = ("cost", "tokens")
+MAX_BUDGET = {"cost": 1e9, "tokens": 1e15}
+
+
+def check_budget(budget) -> dict | None:
+    """A budget as stored: {"cost": dollars, "tokens": n}, either optional; {} or None
+    is no budget. Anything else is an InputValidationError."""
+    if budget is None:
+        return None
+    if not isinstance(budget, dict) or not budget.keys() <= set(BUDGET_UNITS):
+        raise InputValidationError("a budget is {\"cost\": dollars, \"tokens\": n}", field="budget")
+    checked = {}
+    for unit, value in budget.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not (0 <= value <= MAX_BUDGET[unit]) or value != value:
+            raise InputValidationError(f"the budget's {unit} must be a number from 0 to "
+                                       f"{MAX_BUDGET[unit]:.0e}", field=f"budget.{unit}")
+        checked[unit] = int(value) if unit == "tokens" else round(float(value), 6)
+    return checked or None
+
+
+def set_budget(store, run_id: str, *, budget, actor: str, reason: str = "") -> r.RunRecord:
+    """Change a run's budget. A run held on it (budget reached) goes on where it stopped
+    when the new budget is no longer reached; a run that is not held keeps its course."""
+    from .gates import reached
+    budget = check_budget(budget)
+
+    def decide(run):
+        if run.status in r.FINAL_STATUSES:
+            raise InvalidTransitionError("change the budget of", run.status)
+        details["before"] = run.budget
+        attention = run.attention or {}
+        held = (run.status == r.NEEDS_ATTENTION and attention.get("kind") == "budget"
+                and attention.get("scope") == "run")
+        if held and reached(run.usage, budget) is None:
+            return r.Commit(run={"budget": budget, "status": r.QUEUED, "attention": None},
+                            events=[events.budget(budget),
+                                    events.status(r.QUEUED, reason="budget raised")],
+                            take_over=True)
+        return r.Commit(run={"budget": budget}, events=[events.budget(budget)])
+    details = {"budget": budget}
+    return _act(store, run_id, "budget", actor, reason, decide, details=details)
+
+
+def lift_hold(store, run_id: str, *, kind: str, actor: str, reason: str = "",
+              match: dict | None = None, action: str = "lift_hold",
+              details: dict | None = None) -> r.RunRecord | None:
+    """Queue a run held by a gate (attention of `kind` whose fields include `match`), so
+    that its gates are asked again: after an approval's answer, or a quota raised. None
+    (nothing written) when the run is not held so: it will ask when it gets there."""
+    def decide(run):
+        attention = run.attention or {}
+        if run.status not in (r.WAITING, r.NEEDS_ATTENTION) or attention.get("kind") != kind \
+                or any(attention.get(k) != v for k, v in (match or {}).items()):
+            raise _NotHeld()
+        return r.Commit(run={"status": r.QUEUED, "attention": None, "wake_at": None},
+                        events=[events.status(r.QUEUED, reason=f"{kind}: {action}")],
+                        take_over=True)
+    try:
+        return _act(store, run_id, action, actor, reason, decide, details=details)
+    except _NotHeld:
+        return None
+
+
+class _NotHeld(Exception):
+    pass
 
 
 # --- internals --------------------------------------------------------------------------
@@ -327,8 +462,7 @@ def _act(store, run_id, action, actor, reason, decide, details=None) -> r.RunRec
                                               "agent_version")}}
         commit.audit = r.AuditRecord(actor=actor, action=action, reason=reason,
                                      before=_summary(run), after={**after, **(details or {})})
-        commit.events.append(("audit", {"action": action, "actor": actor, "reason": reason,
-                                        **(details or {})}))
+        commit.events.append(events.audit(action, actor, reason, **(details or {})))
         commit.expect_status = run.status
         if commit.take_over:
             # The old owner is fenced off by the new epoch; its lease means nothing now.
@@ -337,6 +471,7 @@ def _act(store, run_id, action, actor, reason, decide, details=None) -> r.RunRec
             result = store.commit(run_id, run.epoch, commit)
         except FencedError:
             continue  # a worker claimed or released it meanwhile: decide again on fresh state
+        observe.current().acted(action, result.run)
         return result.run
     raise FencedError(run_id, -1)
 
@@ -358,9 +493,8 @@ def _fork(run, history, target: r.CheckpointRecord, state, *, status, reason, ex
               "crash_count": 0, "suspended_at": time.time(), **(extra or {})}
     return r.Commit(run=update, checkpoint=checkpoint,
                     supersede=_supersede(history, target, branch),
-                    events=[(reason, {"from_checkpoint": target.number, "branch": branch,
-                                      "step": target.step_no}),
-                            ("status", {"status": status, "reason": reason})],
+                    events=[events.forked(reason, target, branch),
+                            events.status(status, reason=reason)],
                     take_over=True)
 
 

@@ -94,6 +94,32 @@ class ToolFailedError(DurableError):
         super().__init__(f"tool {tool} failed after {attempts} attempt(s): {error_type}: {message}")
 
 
+class ChildFailedError(DurableError):
+    """A child run the parent waited for (ctx.wait, ctx.wait_all) failed or was cancelled.
+    Logged with the wait, so a replay raises it again (docs/children.md)."""
+
+    def __init__(self, run_id: str, agent: str, status: str, error: str | None):
+        self.run_id = run_id
+        self.agent = agent
+        self.status = status
+        self.error = error
+        super().__init__(f"child run {run_id} ({agent}) {status}: {error or ''}".rstrip(": "))
+
+
+class CallRefusedError(ToolFailedError):
+    """A gate refused the call (runs/durable/gates.py): it was not made. Logged as the
+    call's outcome, so a replay raises it again. `gate` names the gate's kind."""
+
+    def __init__(self, tool: str, message: str, *, gate: str = ""):
+        self.gate = gate
+        super().__init__(tool, type(self).__name__, message, 0, permanent=True)
+
+
+class ApprovalDeniedError(CallRefusedError):
+    """The call needed a person's approval and was denied (or its request timed out
+    with the fallback deny): docs/approvals.md. The agent may handle it."""
+
+
 class PermanentToolError(DurableError):
     """Raised by a tool to say: retrying will not help (the call fails at once)."""
 

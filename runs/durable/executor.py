@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from . import observe
 from .errors import DurableError, FencedError
 from .records import Commit
 from .registry import AgentRegistry
@@ -30,7 +31,7 @@ def execute_run(store, run_id: str, config: WorkerConfig, *,
 
     `leases`: an object with hold(session)/drop(session) that keeps the lease
     alive instead of a LeaseRenewer thread per run (a worker process holding
-    hundreds of runs renews them together: runs/leases.py).
+    hundreds of runs renews them together: runs/worker/leases.py).
 
     `reconnect(error)`: called when the store failed mid-run (a terminated
     connection, a database restart); returns True once the store answers again,
@@ -43,20 +44,29 @@ def execute_run(store, run_id: str, config: WorkerConfig, *,
     reconnected to more than MAX_RECONNECTS times in one call.
     """
     for failures in itertools.count(1):
+        started = time.perf_counter()
         claim = store.claim(run_id, config.owner, config.lease_seconds, time.time())
         if claim is None:
             return Outcome.NOT_CLAIMED
         session = RunSession(store, registry, config, claim, stop_event=stop_event)
-        outcome = _hosted(session, store, leases)
+        session.observed = observe.current().session(session)
+        session.observed.claimed(time.perf_counter() - started)
+        outcome = "error"  # an exception out of the session is a bug, but still an ending
+        try:
+            outcome = _hosted(session, store, leases)
+        finally:
+            session.observed.ended(outcome)
         if outcome != Outcome.ABANDONED:
             return outcome
-        logger.warning("run %s: the store failed mid-run (%r)", run_id, session.store_error)
+        logger.warning("run %s: the store failed mid-run (%r)", run_id, session.store_error,
+                       extra={"run_id": run_id})
         if reconnect is None or failures > MAX_RECONNECTS:
             return outcome  # a fault that outlasts reconnecting: the crash-loop guard's
         given_up = _release_when_reconnected(session, reconnect)
         if given_up is not None:
             return given_up
-        logger.info("run %s: store answers again; claiming it back", run_id)
+        logger.info("run %s: store answers again; claiming it back", run_id,
+                    extra={"run_id": run_id})
 
 
 def _hosted(session: RunSession, store, leases) -> str:
@@ -117,9 +127,7 @@ class LeaseRenewer(threading.Thread):
                 except Exception:  # a database hiccup: the next renewal may succeed
                     logger.exception("run %s: lease renewal failed", self.session.run.id)
         finally:
-            close = getattr(self.store, "close_thread_resources", None)
-            if close is not None:
-                close()
+            self.store.close_thread_resources()
 
     def stop(self) -> None:
         self._stopped.set()

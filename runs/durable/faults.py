@@ -19,10 +19,12 @@ POINTS = (
     "before_effect",             # the intent is logged, the tool not yet called
     "after_effect_before_log",   # the tool ran, its result is not logged
     "before_retry_wait",         # an attempt failed, its durable retry wait not yet written
-    "after_checkpoint_before_event",  # inside the checkpoint's transaction
+    "after_checkpoint_before_event",  # inside the checkpoint's transaction, before it commits
     "after_checkpoint",          # the checkpoint committed
     "lease_renewal",             # the renewal thread, before it writes
     "before_release",            # a step boundary hand-off, before the release commits
+    "after_spawn_before_log",    # a child run launched, its spawn effect not logged
+    "before_children_wait",      # a wait looked at its children, its waiting not committed
 )
 
 
@@ -44,8 +46,9 @@ class FaultPoints:
         self._armed.clear()
 
     def armed(self, point: str) -> bool:
-        """Whether `point` may fire: a store that would skip the point (a one-statement
-        commit has no instant inside its transaction) takes its slower path then."""
+        """Whether `point` may fire: a one-statement commit, which has no instant inside
+        its transaction, runs the same statement in an explicit transaction then
+        (runs/storage/pg.py), so that the point fires on the production path."""
         if point in self._armed:
             return True
         return bool(self.directory) and os.path.exists(os.path.join(self.directory, point))

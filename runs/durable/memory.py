@@ -6,8 +6,9 @@ import copy
 import threading
 import time
 
+from . import claimable, family, serde
+from . import events as ev
 from . import records as r
-from . import serde
 from .errors import FencedError, RunNotFoundError
 from .faults import faults
 
@@ -25,6 +26,10 @@ class MemoryStore:
     # --- the protocol -----------------------------------------------------------------
     def create_run(self, run: r.RunRecord) -> r.RunRecord:
         with self._lock:
+            launched = next((c for c in self.runs.values()
+                             if run.spawn_key and c.spawn_key == run.spawn_key), None)
+            if launched is not None:
+                return copy.deepcopy(launched)
             if run.id in self.runs:
                 raise ValueError(f"run {run.id} exists")
             run = copy.deepcopy(run)
@@ -34,8 +39,14 @@ class MemoryStore:
             self.effects[run.id] = {}
             self.events[run.id] = []
             self.audit[run.id] = []
-            self._append_events(run, [("status", {"status": run.status, "event": "launched"})])
+            self._append_events(run, [ev.status(run.status, event="launched")])
             return copy.deepcopy(run)
+
+    def children(self, run_id: str, *, active_only: bool = False) -> list[r.RunRecord]:
+        with self._lock:
+            found = [c for c in self.runs.values() if c.parent_id == run_id
+                     and not (active_only and c.status in r.FINAL_STATUSES)]
+            return copy.deepcopy(sorted(found, key=lambda c: (c.created_at, c.id)))
 
     def load(self, run_id: str) -> r.Loaded:
         with self._lock:
@@ -53,7 +64,7 @@ class MemoryStore:
     def claim(self, run_id: str, owner: str, lease_seconds: float, now: float) -> r.Claim | None:
         with self._lock:
             run = self.runs.get(run_id)
-            if run is None or not _claimable(run, now):
+            if run is None or not claimable.holds(run, now):
                 return None
             crashed = run.lease_owner is not None
             run.epoch += 1
@@ -101,13 +112,16 @@ class MemoryStore:
                 checkpoints.append(checkpoint)
                 number = checkpoint.number
                 faults.hit("after_checkpoint_before_event", run.agent)
-                events.append(("checkpoint", _checkpoint_event(checkpoint)))
+                events.append(ev.checkpoint(checkpoint, checkpoint.number))
             staged.updated_at = time.time()
+            parent = self._family(run, staged)
             # commit point
             self.runs[run_id] = staged
             self.effects[run_id] = effects
             self.checkpoints[run_id] = checkpoints
             self.keys |= new_keys
+            if parent is not None:
+                parent.wake_at = staged.updated_at
             self._append_events(staged, events)
             if commit.audit is not None:
                 self.audit[run_id].append(copy.deepcopy(commit.audit))
@@ -122,9 +136,29 @@ class MemoryStore:
             run.lease_expires_at = lease_expires_at
             return run.control
 
-    def due_runs(self, now: float, limit: int = 100) -> list[str]:
+    def renew_leases(self, leases, lease_expires_at: float) -> dict[str, str | None]:
         with self._lock:
-            due = [run for run in self.runs.values() if _claimable(run, now)]
+            renewed = {}
+            for lease in leases:
+                run = self.runs.get(lease.run_id)
+                if run is not None and (run.epoch, run.lease_owner) == (lease.epoch, lease.owner):
+                    run.lease_expires_at = lease_expires_at
+                    renewed[run.id] = run.control
+            return renewed
+
+    def live_leases(self, owner_prefix: str, now: float) -> list[r.LeaseHeld]:
+        with self._lock:
+            return [r.LeaseHeld(run.id, run.epoch, run.lease_owner)
+                    for run in self.runs.values()
+                    if run.lease_owner is not None and run.lease_owner.startswith(owner_prefix)
+                    and run.lease_expires_at is not None and run.lease_expires_at > now
+                    and run.status not in r.FINAL_STATUSES]
+
+    def due_runs(self, now: float, limit: int = 100, *, exclude=()) -> list[str]:
+        with self._lock:
+            excluded = set(exclude)
+            due = [run for run in self.runs.values()
+                   if run.id not in excluded and claimable.holds(run, now)]
             due.sort(key=lambda run: run.updated_at)
             return [run.id for run in due[:limit]]
 
@@ -144,11 +178,29 @@ class MemoryStore:
                 effects = sorted(effects, key=lambda e: (e.started_at, e.position))
             return r.History(copy.deepcopy(checkpoints), copy.deepcopy(effects))
 
+    def close_thread_resources(self) -> None:
+        pass  # nothing per thread
+
     def events_after(self, run_id: str, seq: int = 0) -> list[tuple[int, str, dict]]:
         with self._lock:
             return [e for e in self.events[run_id] if e[0] > seq]
 
     # --- internals ----------------------------------------------------------------------
+    def _family(self, before: r.RunRecord, staged: r.RunRecord) -> r.RunRecord | None:
+        """The family rule (runs/durable/family.py), under the store's lock: the parent to
+        wake at the commit point, if any; a wait whose child already ended is woken."""
+        if staged.status == r.WAITING:
+            final = {i for i in family.pending(staged.attention)
+                     if i in self.runs and self.runs[i].status in r.FINAL_STATUSES}
+            if family.woken_at_once(staged.attention, final):
+                staged.wake_at = staged.updated_at
+        if staged.status in r.FINAL_STATUSES and before.status not in r.FINAL_STATUSES \
+                and staged.parent_id in self.runs:
+            parent = self.runs[staged.parent_id]
+            if family.wakes(parent.status, parent.attention, staged.id):
+                return parent
+        return None
+
     def _get(self, run_id: str) -> r.RunRecord:
         try:
             return self.runs[run_id]
@@ -159,16 +211,6 @@ class MemoryStore:
         for kind, data in events:
             run.event_seq += 1
             self.events[run.id].append((run.event_seq, kind, copy.deepcopy(data)))
-
-
-def _claimable(run: r.RunRecord, now: float) -> bool:
-    if run.status not in r.CLAIMABLE_STATUSES:
-        return False
-    if run.status == r.WAITING and (run.wake_at is None or run.wake_at > now):
-        return False
-    if run.status == r.RUNNING and run.lease_owner is None:
-        return True
-    return run.lease_owner is None or (run.lease_expires_at or 0) <= now
 
 
 def _superseded_by(effect: r.EffectRecord, supersede: r.Supersede) -> bool:
@@ -191,8 +233,3 @@ def _queried_effect(effect: r.EffectRecord, query: r.HistoryQuery) -> bool:
         return True
     return (not effect.superseded and query.step is not None
             and (effect.branch, effect.step_no) == tuple(query.step))
-
-
-def _checkpoint_event(checkpoint: r.CheckpointRecord) -> dict:
-    return {"number": checkpoint.number, "branch": checkpoint.branch,
-            "step": checkpoint.step_no, "size": checkpoint.size, "reason": checkpoint.reason}

@@ -19,10 +19,12 @@ FAILED = "failed"
 CANCELLED = "cancelled"
 STATUSES = (QUEUED, RUNNING, PAUSED, WAITING, NEEDS_ATTENTION, SUCCEEDED, FAILED, CANCELLED)
 FINAL_STATUSES = (SUCCEEDED, FAILED, CANCELLED)
-CLAIMABLE_STATUSES = (QUEUED, RUNNING, WAITING)
 
 # Effect kinds and statuses
 CALL, NOW, RANDOM, SLEEP, INPUT = "call", "now", "random", "sleep", "input"
+# A child run launched (result: its id and agent), and the outcomes of the children a
+# step waited for, in the order asked (docs/children.md).
+SPAWN, JOIN = "spawn", "join"
 INTENT, DONE, ERROR = "intent", "done", "error"
 # A call whose last attempt failed and whose next waits on a durable timer: its
 # `error` is the last error, its `result` {"wake_at", "first_at", "wait"}.
@@ -61,6 +63,15 @@ class RunRecord:
     updated_at: float = 0.0
     suspended_at: float | None = None
     owner: str = ""
+    # The ledger (docs/budgets.md): what the run's metered calls used, summed in the
+    # commit that logs each outcome, {"cost", "prompt_tokens", "completion_tokens",
+    # "calls"}; and the run's budget, {"cost": dollars, "tokens": n}, either optional.
+    usage: dict = field(default_factory=dict)
+    budget: dict | None = None
+    # A child run (docs/children.md): its parent, and the key of the parent's spawn
+    # effect that launched it, unique, so that a replay finds the child it launched.
+    parent_id: str | None = None
+    spawn_key: str | None = None
 
 
 @dataclass
@@ -87,6 +98,8 @@ class EffectRecord:
     superseded: bool = False
     worker: str = ""
     epoch: int = 0  # the writer's fencing epoch: audits prove no fenced write landed
+    # a metered call's usage: {"model", "prompt_tokens", "completion_tokens", "cost"}
+    usage: dict | None = None
 
     @property
     def position(self) -> tuple[int, int, int]:
@@ -148,6 +161,9 @@ class Commit:
     supersede: Supersede | None = None
     release: bool = False
     take_over: bool = False
+    # The commit ends a child run or waits on children: the store applies the family
+    # rule (runs/durable/family.py) inside its transaction.
+    family: bool = False
     # Apply only if the run still has this status: an operator decided on what it
     # saw, and releasing a run does not move its epoch.
     expect_status: str | None = None
@@ -162,6 +178,16 @@ class CommitResult:
     # The run as the commit left it, for the caller to show without reading it back.
     # A store's fast path for a worker's own writes (no audit) may leave it None.
     run: RunRecord | None = None
+
+
+@dataclass(frozen=True)
+class LeaseHeld:
+    """A lease as its holder knows it: renewed only while the run still has this epoch
+    and this owner (Store.renew_leases)."""
+
+    run_id: str
+    epoch: int
+    owner: str
 
 
 @dataclass

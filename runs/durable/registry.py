@@ -23,11 +23,19 @@ class Done:
 class Tool:
     """A function whose calls are effects: logged, replayed, keyed."""
 
-    def __init__(self, fn: Callable, *, idempotent: bool, retry: Retry, name: str | None):
+    def __init__(self, fn: Callable, *, idempotent: bool, retry: Retry, name: str | None,
+                 meter: Callable | None = None,
+                 stream: bool = False, limit: str | None = None):
         self.fn = fn
         self.idempotent = idempotent
+        self.stream = stream
         self.retry = retry
         self.name = name or f"{fn.__module__}.{fn.__qualname__}"
+        # meter(result, arguments) -> {"model", "prompt_tokens", "completion_tokens"}:
+        # the call uses a budget (docs/budgets.md)
+        self.meter = meter
+        # the shared limit its calls count against (docs/limits.md): unconfigured, none
+        self.limit = limit
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
@@ -38,7 +46,8 @@ class Tool:
 
 
 def tool(fn: Callable | None = None, *, idempotent: bool = False, retry: Retry | None = None,
-         name: str | None = None):
+         name: str | None = None, meter: Callable | None = None,
+         stream: bool = False, limit: str | None = None):
     """Mark a function as a tool. `@tool` or `@tool(idempotent=True, retry=Retry(...))`.
 
     An idempotent tool receives `idempotency_key=` and must dedup on it; it is
@@ -46,13 +55,24 @@ def tool(fn: Callable | None = None, *, idempotent: bool = False, retry: Retry |
     once unless a retry policy is given, and even then only after errors that
     say its request never left (`TransientToolError(reached_target=False)`);
     an in-doubt call is never retried without an operator.
+
+    `meter(result, arguments)` makes the tool a metered one (a model call): it
+    returns the call's usage, recorded on its effect and counted against budgets.
+    A streaming tool (`stream=True`) is a generator: what it yields (text) is pushed
+    to the run's viewers as it comes, in batches (docs/streaming.md); what it returns
+    is its result, logged as any other (the yielded text joined, if it returns None).
+    `limit="llm"` counts the tool's calls against the shared limit of that name (a rate,
+    a concurrency, tokens a minute; docs/limits.md), when one is configured.
     """
 
     def wrap(f):
         if idempotent and "idempotency_key" not in inspect.signature(f).parameters:
             raise TypeError(f"idempotent tool {f.__qualname__} must accept idempotency_key=")
+        if stream and not inspect.isgeneratorfunction(f):
+            raise TypeError(f"streaming tool {f.__qualname__} must be a generator (yield chunks)")
         policy = retry if retry is not None else (Retry() if idempotent else NO_RETRY)
-        return Tool(f, idempotent=idempotent, retry=policy, name=name)
+        return Tool(f, idempotent=idempotent, retry=policy, name=name, meter=meter,
+                    stream=stream, limit=limit)
 
     return wrap(fn) if fn is not None else wrap
 
@@ -68,6 +88,15 @@ class Agent:
       expected_cadence seconds between two events of a healthy run (a step, a log line,
                        a progress report); silent longer than this while running, a
                        run shows as stalled (docs/stalls.md). None: the site default
+      system           launched by agentops itself (a webhook delivery), not offered
+                       to users: names() leaves it out
+      default_budget   the run budget a launch gets unless it names one, {"cost": dollars,
+                       "tokens": n} (docs/budgets.md). None: no budget
+      approvals        calls that need a person's yes, as rules (docs/approvals.md):
+                       {"tool", "when", "approvers", "timeout", "fallback"}
+      conversation     a chat agent: the state key of its messages (OpenAI's format); the
+                       run page shows them as a conversation and takes follow-ups, which
+                       the agent receives from ctx.wait_for_input as {"message": text}
     """
 
     name: str = ""
@@ -77,6 +106,10 @@ class Agent:
     checkpoint_every: int = 1
     checkpoint_seconds: float | None = None
     expected_cadence: float | None = None
+    system: bool = False
+    default_budget: dict | None = None
+    approvals: tuple = ()
+    conversation: str | None = None
 
     def start(self, inputs: dict) -> dict:
         return dict(inputs)
@@ -120,7 +153,8 @@ class AgentRegistry:
             raise AgentNotFoundError(name) from None
 
     def names(self) -> list[str]:
-        return sorted(self.agents)
+        """The agents users may launch (system agents left out)."""
+        return sorted(name for name, cls in self.agents.items() if not cls.system)
 
 
 registry = AgentRegistry()

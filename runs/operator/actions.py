@@ -13,14 +13,14 @@ from runs.durable import DurableError
 from runs.durable.control import stays_paused
 from runs.models import Run
 from runs.operator import selectors
-from runs.operator.views import operator_required, run_context
-from runs.operator_forms import (
+from runs.operator.forms import (
     BulkActionForm,
     ResolveForm,
     RollbackForm,
     RunActionForm,
 )
-from runs.untrusted import is_clean
+from runs.operator.views import operator_required, run_context
+from runs.web.untrusted import is_clean
 
 SIMPLE_ACTIONS = {
     "pause": (services.run_pause, {}, "Pause requested: the run stops at its next effect boundary."),
@@ -61,12 +61,14 @@ def rollback(request, run_id):
     run = get_object_or_404(Run.objects.select_related("owner"), pk=run_id)
     number = _int(request.POST.get("checkpoint") or request.GET.get("checkpoint"))
     then = "pause" if stays_paused(run) else "resume"
-    form = RollbackForm(request.POST or None, initial={"checkpoint": number, "then": then})
+    form = RollbackForm(request.POST or None, initial={"checkpoint": number, "then": then,
+                                                       "children": "cancel"})
     error = None if number is not None else "Choose a checkpoint number."
     if request.method == "POST" and number is not None and form.is_valid():
         try:
             services.run_rollback(run_id=run.pk, checkpoint=number, user=request.user,
-                                  reason=form.cleaned_data["reason"], resume=form.resume())
+                                  reason=form.cleaned_data["reason"], resume=form.resume(),
+                                  children=form.children_choice())
         except DurableError as exc:
             error = str(exc)
         else:

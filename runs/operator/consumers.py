@@ -15,7 +15,7 @@ server stays the one renderer::
                  rows that moved past the seq given (or whose stall started or
                  ended); "all": some run the page does not list changed
 
-Shown runs are followed by the process's `LiveHub` (runs/consumers.py), as the user
+Shown runs are followed by the process's `LiveHub` (runs/live/consumers.py), as the user
 pages' are: wake-ups from the channel layer, and its poll of their heads when one is
 missed. "all" has an `Activity` per process: it listens to the group every commit is
 also sent to (`RUN_LIST_GROUP`) and, for the wake-ups that never come (no Redis, Redis
@@ -33,7 +33,7 @@ import time
 from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
 
-from runs.consumers import (
+from runs.live.consumers import (
     CLOSE_NOT_FOUND,
     MAX_WATCH,
     UNKNOWN,
@@ -44,7 +44,7 @@ from runs.consumers import (
     logger,
     poll_seconds,
 )
-from runs.live import RUN_LIST_GROUP
+from runs.live.notify import RUN_LIST_GROUP
 from runs.operator.selectors import activity_fingerprint
 from runs.operator.views import PERMISSION
 
@@ -167,7 +167,7 @@ class OperatorConsumer(LiveConsumer):
         return await database_sync_to_async(is_operator)(self.user_id)
 
     async def may_view(self, user) -> bool:
-        # runs/live_access.py asks again whenever the user's access changes
+        # runs/live/access.py asks again whenever the user's access changes
         return await database_sync_to_async(is_operator)(user.pk)
 
     async def started(self):

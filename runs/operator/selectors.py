@@ -14,10 +14,11 @@ from django.core.paginator import Paginator
 from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
-from runs import retention, stalls
 from runs.durable import records as r
 from runs.models import AuditEntry, Checkpoint, Effect, Run, RunEvent, WorkerHeartbeat
-from runs.untrusted import is_run_id
+from runs.storage import retention
+from runs.web.untrusted import is_run_id
+from runs.worker import stalls
 
 PAGE_SIZE = 50
 SORT_FIELDS = {"-created": "created_at", "created": "created_at"}

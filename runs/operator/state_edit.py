@@ -17,8 +17,8 @@ from runs.durable.errors import StaleEditError, StatePatchError
 from runs.durable.state_patch import apply_patch, check_fresh
 from runs.models import Run
 from runs.operator import selectors, state_editor
+from runs.operator.forms import EditStateForm
 from runs.operator.views import operator_required
-from runs.operator_forms import EditStateForm
 
 
 @require_http_methods(["GET", "POST"])
@@ -78,7 +78,7 @@ def too_large(request, run_id):
     return _render(request, run, checkpoint, state, form, "", error=error, status=413)
 
 
-edit_state.too_large = too_large  # the 400 handler's hook (runs/views/errors.py)
+edit_state.too_large = too_large  # the 400 handler's hook (runs/web/views/errors.py)
 
 
 def _size(content_length: str) -> str:

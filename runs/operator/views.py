@@ -9,18 +9,18 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
-from runs import retention
 from runs.durable import records as r
 from runs.models import Run
 from runs.operator import selectors
-from runs.operator_forms import (
+from runs.operator.forms import (
     BulkActionForm,
     ResolveForm,
     RollbackForm,
     RunActionForm,
     RunFilterForm,
 )
-from runs.stalls import mark_stalls, stall_of
+from runs.storage import retention
+from runs.worker.stalls import mark_stalls, stall_of
 
 PERMISSION = "runs.operate_run"
 
@@ -59,6 +59,14 @@ def dashboard(request):
 def storage(request):
     return render(request, "operator/_storage.html",
                   {"total_bytes": selectors.total_stored_bytes()})
+
+
+@require_GET
+@operator_required
+def costs(request):
+    # Sums over every run, like the storage total: loaded after the page, so the
+    # dashboard's own queries stay those of one page of runs.
+    return render(request, "operator/_costs.html")
 
 
 @require_GET

@@ -3,8 +3,8 @@
 from django import template
 from django.utils import timezone
 
-from runs.views import present
-from runs.views.retrying import retrying
+from runs.web.views import present
+from runs.web.views.retrying import retrying
 
 register = template.Library()
 

@@ -57,7 +57,7 @@
     }
   }
 
-  function setStall(runId, stall) {   // runs/stalls.py: no stripe, an amber badge, the cause
+  function setStall(runId, stall) {   // runs/worker/stalls.py: no stripe, an amber badge, the cause
     const row = document.getElementById("run-row-" + runId);
     if (!row) return;
     if (stall) row.dataset.stalled = stall.kind; else delete row.dataset.stalled;

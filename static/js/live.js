@@ -14,7 +14,7 @@
   const HEARTBEAT_MS = 15000;      // send a ping this often
   const SILENCE_MS = 40000;        // no frame for this long: the socket is dead
   const MAX_DELAY_MS = 10000;
-  const SERVICE_RESTART = 4012;    // close code of a stopping server (runs/live_shutdown.py)
+  const SERVICE_RESTART = 4012;    // close code of a stopping server (runs/live/shutdown.py)
 
   function backoff(attempt) {
     const base = Math.min(MAX_DELAY_MS, 300 * Math.pow(2, attempt));

@@ -61,6 +61,37 @@
     onClose() { state.live = false; },
   });
 
+  // A live redraw must not take what the operator is typing: the controls re-rendered
+  // under a half-typed reason would send the next click with the reason empty (the
+  // browser then refuses the required field and nothing happens). What was changed in
+  // a form is kept, by form id and field name, into the form as redrawn.
+  let typed = [];
+  document.body.addEventListener("htmx:beforeSwap", () => {
+    typed = [];
+    document.querySelectorAll("form[id] input[name], form[id] textarea[name]").forEach((el) => {
+      if (el.type === "hidden" || el.type === "submit") return;
+      const box = el.type === "checkbox" || el.type === "radio";
+      if (box ? el.checked === el.defaultChecked : el.value === el.defaultValue) return;
+      typed.push({form: el.form.id, name: el.name, value: el.value, box, checked: el.checked,
+                  focused: el === document.activeElement});
+    });
+  });
+  document.body.addEventListener("htmx:afterSettle", () => {
+    typed.forEach((field) => {
+      const form = document.getElementById(field.form);
+      if (!form) return;
+      form.querySelectorAll("[name]").forEach((el) => {
+        if (el.name !== field.name) return;
+        if (field.box) {
+          if (el.value === field.value) el.checked = field.checked;
+        } else if (el.value === el.defaultValue) {
+          el.value = field.value;
+          if (field.focused && document.activeElement !== el) el.focus();
+        }
+      });
+    });
+  });
+
   // A re-rendered partial may show other runs (a new one, another page): watch those.
   document.body.addEventListener("htmx:afterSettle", () => {
     if (state.live) socket.send({type: "watch", runs: shown(), all: everything});

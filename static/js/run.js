@@ -29,7 +29,7 @@
 
   let lastSeq = parseInt(page.dataset.lastSeq, 10) || 0;
   let status = page.dataset.status;
-  let stall = page.dataset.stalled ? {kind: page.dataset.stalled} : null;   // runs/stalls.py
+  let stall = page.dataset.stalled ? {kind: page.dataset.stalled} : null;   // runs/worker/stalls.py
   let live = null;
   let unseen = 0;
 
@@ -212,8 +212,10 @@
   let panelBusy = false;
   let panelLast = 0;
 
+  const CHAT = !!document.getElementById("conversation");   // a chat run: runs/chat/
+
   function stale(...names) {
-    names.forEach((n) => dirty.add(n));
+    names.forEach((n) => { if (n !== "conversation" || CHAT) dirty.add(n); });
     schedulePanels();
   }
 
@@ -255,14 +257,17 @@
   // --- applying events ---------------------------------------------------------------------------
   function apply(ev) {
     const data = ev.data || {};
+    if (window.Conversation) window.Conversation.apply(ev);
     switch (ev.kind) {
       case "status":
         if (data.status) setStatus(data.status);
         if (FINAL.includes(data.status)) {
           $("run-duration").dataset.finished = Date.parse(ev.at) / 1000;
-          stale("stats", "actions", "input", "effects", "timeline", "output");
+          stale("stats", "actions", "input", "effects", "timeline", "output", "budget", "conversation",
+                "children");
         } else {
-          stale("stats", "actions", "input", "output", "timeline");
+          // a parent woken by a child that ended: the children panel moved too
+          stale("stats", "actions", "input", "output", "timeline", "budget", "conversation", "children");
         }
         break;
       case "progress": addSample(ev); break;
@@ -274,17 +279,24 @@
         } else {
           advanceStep(data.step, data.branch);
         }
-        stale("timeline");
+        stale("timeline", "conversation");
         break;
-      case "effect": advanceStep(data.step, data.branch); stale("effects"); break;
+      case "stream": break;   // drawn by conversation.js
+      case "effect":
+        advanceStep(data.step, data.branch);
+        stale("effects");
+        if (data.cost !== undefined) stale("budget");  // a metered call: the ledger moved
+        break;
+      case "budget": stale("budget"); break;
+      case "child": stale("children", "effects"); break;  // a child run launched
       case "rollback": case "edit": case "upgrade":
         $("run-branch").textContent = data.branch;
         $("run-step").textContent = data.step;
         samples.length = 0;
-        stale("stats", "timeline", "effects", "output", "actions");
+        stale("stats", "timeline", "effects", "output", "actions", "conversation");
         break;
       case "output": stale("output"); break;
-      case "input_requested": case "input_received": stale("input", "actions"); break;
+      case "input_requested": case "input_received": stale("input", "actions", "conversation"); break;
       default: stale("actions");
     }
   }

@@ -20,8 +20,11 @@ def cluster_env(server, **extra) -> dict:
 
 
 # A worker process may run several runs in threads (PostgreSQL). A test that kills one
-# run's worker while an uninterrupted run goes on beside it gives each its own process.
-ONE_RUN_PER_WORKER = {"AGENTOPS_RUNS_PER_WORKER": 1}
+# run's worker while an uninterrupted run goes on beside it gives each its own process,
+# and a lease long enough that no load on the machine takes the uninterrupted run over
+# (CI saw a 2 s lease lost at a load of 25); the killed one's is expired at once by the
+# sweep, which sees its worker's process gone (AGENTOPS_DETECT_DEAD_LOCAL_WORKERS).
+ONE_RUN_PER_WORKER = {"AGENTOPS_RUNS_PER_WORKER": 1, "AGENTOPS_LEASE_SECONDS": 30}
 
 
 def launch(agent: str, inputs: dict) -> str:

@@ -31,7 +31,7 @@ def assistant_inputs(server) -> dict:
     return {"question": QUESTIONS[0], "follow_ups": QUESTIONS[1:],
             "base_url": f"{sandbox}/llm/v1", "site_url": f"{sandbox}/site",
             "target_url": f"{sandbox}/api", "site_pages": SITE_PAGES, "latency_ms": 20,
-            "search_scan": SCAN}
+            "search_scan": SCAN, "chat": False}
 
 
 def expected_search(question: str) -> tuple[int, str]:

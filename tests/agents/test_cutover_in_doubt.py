@@ -18,7 +18,7 @@ from builtin_agents.agents import Migrate
 from builtin_agents.tools import http
 from runs.durable import AgentRegistry, Outcome, WorkerConfig, control, execute_run
 from runs.operator import selectors
-from runs.store import OrmStore
+from runs.storage import database_store
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -89,7 +89,7 @@ def test_a_dropped_connection_after_the_cut_over_was_sent_is_in_doubt(inproc_san
                                                                       dropping_target):
     reg = AgentRegistry()
     reg.register(Migrate)
-    store = OrmStore()
+    store = database_store()
     run = control.launch(store, agent="migrate", registry=reg, inputs={
         "source_url": f"{inproc_sandbox}/dataset/rows", "target_url": f"{inproc_sandbox}/api",
         "rows": 200, "batch_size": 100})

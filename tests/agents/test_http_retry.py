@@ -23,7 +23,7 @@ from runs.durable import (
     tool,
 )
 from runs.durable.retry import RETRY_AFTER_LIMIT
-from runs.store import OrmStore
+from runs.storage import database_store
 from tests.support.processes import free_port
 
 
@@ -98,7 +98,7 @@ def test_a_hostile_retry_after_parks_the_run_for_a_day_at_most(monkeypatch, said
     # left as a crash: over and over, to the crash-loop guard.
     server = httpx.MockTransport(lambda request: httpx.Response(503, headers={"Retry-After": said}))
     monkeypatch.setattr(http, "client", lambda: httpx.Client(transport=server))
-    store = OrmStore()
+    store = database_store()
     run_id = control.launch(store, agent="hostile", inputs={}, registry=REG).id
     before = time.time()
     assert execute_run(store, run_id, WorkerConfig(owner="w:1"), registry=REG) == Outcome.WAITING

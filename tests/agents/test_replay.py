@@ -19,8 +19,9 @@ from builtin_agents.tools import research
 from runs.durable import AgentRegistry, Outcome, WorkerConfig, control, execute_run
 from runs.durable.faults import faults
 from runs.durable.memory import MemoryStore
+from tests.durable.contract import Clock
 
-LEASE = 0.2
+LEASE = 30.0
 
 
 class WorkerDied(BaseException):
@@ -67,7 +68,8 @@ def inputs_for(name: str, sandbox: str) -> dict:
         "migrate": {"source_url": f"{sandbox}/dataset/rows", "target_url": f"{sandbox}/api",
                     "rows": 400, "batch_size": 100},
         "assistant": {"base_url": f"{sandbox}/llm/v1", "site_url": f"{sandbox}/site",
-                      "target_url": f"{sandbox}/api", "latency_ms": 0, "search_scan": 12},
+                      "target_url": f"{sandbox}/api", "latency_ms": 0, "search_scan": 12,
+                      "chat": False},
     }[name]
 
 
@@ -92,7 +94,15 @@ def die_at_second_checkpoint():
     faults.arm("after_checkpoint_before_event", action)
 
 
-def run_until_crash(store, reg, name, sandbox) -> str:
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    """The contract suite's clock: `time.time()` moved forward by the test, not waited for."""
+    clock = Clock()
+    monkeypatch.setattr(time, "time", clock.time)
+    return clock
+
+
+def run_until_crash(store, reg, name, sandbox, clock) -> str:
     run = control.launch(store, agent=name, inputs=inputs_for(name, sandbox), registry=reg)
     die_at_second_checkpoint()
     try:
@@ -100,7 +110,7 @@ def run_until_crash(store, reg, name, sandbox) -> str:
             execute_run(store, run.id, worker("w1"), registry=reg)
     finally:
         faults.disarm()
-    time.sleep(LEASE * 1.5)  # the dead worker's lease runs out
+    clock.advance(LEASE + 1)  # the dead worker's lease runs out
     return run.id
 
 
@@ -121,13 +131,13 @@ def normalised(output):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_the_same_code_replays_to_the_same_output(name, inproc_sandbox):
+def test_the_same_code_replays_to_the_same_output(name, inproc_sandbox, clock):
     original, _ = CASES[name]
     store, reg = MemoryStore(), registry(original)
     reference = control.launch(store, agent=name, inputs=inputs_for(name, inproc_sandbox),
                                registry=reg)
     assert finish(store, reference.id, reg) == Outcome.SUCCEEDED
-    run_id = run_until_crash(store, reg, name, inproc_sandbox)
+    run_id = run_until_crash(store, reg, name, inproc_sandbox, clock)
     assert finish(store, run_id, reg) == Outcome.SUCCEEDED
     resumed = store.get(run_id)
     assert normalised(resumed.output) == normalised(store.get(reference.id).output)
@@ -135,11 +145,11 @@ def test_the_same_code_replays_to_the_same_output(name, inproc_sandbox):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_changed_code_with_the_same_version_is_caught_by_replay(name, inproc_sandbox):
+def test_changed_code_with_the_same_version_is_caught_by_replay(name, inproc_sandbox, clock):
     original, changed = CASES[name]
     assert changed.version == original.version
     store = MemoryStore()
-    run_id = run_until_crash(store, registry(original), name, inproc_sandbox)
+    run_id = run_until_crash(store, registry(original), name, inproc_sandbox, clock)
     assert finish(store, run_id, registry(changed)) == Outcome.NEEDS_ATTENTION
     run = store.get(run_id)
     attention = run.attention
@@ -151,9 +161,9 @@ def test_changed_code_with_the_same_version_is_caught_by_replay(name, inproc_san
     assert run.output is None
 
 
-def test_a_new_version_is_not_resumed_silently(inproc_sandbox):
+def test_a_new_version_is_not_resumed_silently(inproc_sandbox, clock):
     store = MemoryStore()
-    run_id = run_until_crash(store, registry(Crawl), "crawl", inproc_sandbox)
+    run_id = run_until_crash(store, registry(Crawl), "crawl", inproc_sandbox, clock)
     assert finish(store, run_id, registry(CrawlV2)) == Outcome.NEEDS_ATTENTION
     attention = store.get(run_id).attention
     assert attention["kind"] == "version_drift"

@@ -53,3 +53,34 @@ def holders(pids: list[int]) -> dict[int, list[str]]:
 def running_runs() -> list[str]:
     from runs.models import Run
     return list(Run.objects.filter(status="running").values_list("id", flat=True))
+
+
+def freeze_without_the_write_lock(stop, cont, attempts: int = 40) -> bool:
+    """Call `stop` (which SIGSTOPs processes) so that none is left frozen holding
+    SQLite's one write lock: every write, the harness's own included, would wait on it
+    until the thaw, which the harness's single loop could then never reach. So freeze,
+    check that a write can begin, and if not thaw (`cont`) and try again: the holder
+    commits within moments once it runs. False when every try found the lock held."""
+    from django.db import connection
+
+    for _ in range(attempts):
+        stop()
+        if connection.vendor != "sqlite" or _write_lock_free(connection.settings_dict["NAME"]):
+            return True
+        cont()
+        time.sleep(0.5)  # not a synchronisation: the next try checks the lock again
+    return False
+
+
+def _write_lock_free(path: str) -> bool:
+    import sqlite3
+
+    probe = sqlite3.connect(path, timeout=2, isolation_level=None)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        probe.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:  # database is locked
+        return False
+    finally:
+        probe.close()

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC
 
-from tests.chaos.db import db_call, holders, running_runs
+from tests.chaos.db import db_call, freeze_without_the_write_lock, holders, running_runs
 
 POINTS = {
     # kind: (engine point, specs the harness picks from)
@@ -171,8 +171,10 @@ class Injector:
         if pid is None:
             return None
         freeze = self.h.profile.lease_seconds + self.rng.uniform(1.0, 3.0)
+        if not freeze_without_the_write_lock(lambda: _kill(pid, signal.SIGSTOP),
+                                             lambda: _kill(pid, signal.SIGCONT)):
+            return None
         fault = self._struck("worker_sigstop", runs, f"pid {pid}, {freeze:.1f} s")
-        _kill(pid, signal.SIGSTOP)
         self.stopped.append((time.monotonic() + freeze, pid))
         return fault
 
@@ -284,7 +286,7 @@ class Injector:
 
 
 def _sentinel_pid(cluster) -> int | None:
-    """The cluster's live sentinel (each process writes its role file: runs/cluster/roles.py;
+    """The cluster's live sentinel (each process writes its role file: runs/worker/cluster/roles.py;
     the main's children may also be a replaced sentinel's workers, handing off)."""
     alive = cluster.role_pids("sentinel")
     return alive[0] if alive else None

@@ -19,6 +19,7 @@ import signal
 import time
 import traceback
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
@@ -29,7 +30,7 @@ from runs import services
 from runs.models import Run
 from tests.chaos import audit as auditing
 from tests.chaos import recovery, workload
-from tests.chaos.db import db_call
+from tests.chaos.db import db_call, freeze_without_the_write_lock
 from tests.chaos.faults import Injector
 from tests.chaos.followers import Followers, login
 from tests.chaos.operator import Operator, Plan, notifications
@@ -261,8 +262,9 @@ class Harness:
         probe = next(c for c in self.configs if c.name == "ledger")
         for cluster in list(self.stack.clusters):
             others = [c for c in self.stack.clusters if c is not cluster]
-            for other in others:
-                other.signal_group(signal.SIGSTOP)
+            if not freeze_without_the_write_lock(partial(_signal_all, others, signal.SIGSTOP),
+                                                 partial(_signal_all, others, signal.SIGCONT)):
+                raise RuntimeError("a frozen process kept SQLite's write lock at every try")
             try:
                 run = db_call(services.run_launch, user=self.user, agent=probe.agent,
                               inputs=probe.inputs)
@@ -277,8 +279,7 @@ class Harness:
                                      f"run in {timeout:.0f} s after the storm (run {run.id} "
                                      f"{status}; processes {cluster.all_pids()})")
             finally:
-                for other in others:
-                    other.signal_group(signal.SIGCONT)
+                _signal_all(others, signal.SIGCONT)
         self.phase("probe", started)
 
     def _settled(self) -> bool:
@@ -309,6 +310,11 @@ class Harness:
         self.result.actions = self.operator.actions
         self.result.decisions = self.operator.decisions
         self.phase("audit", started)
+
+
+def _signal_all(clusters, sig) -> None:
+    for cluster in clusters:
+        cluster.signal_group(sig)
 
 
 def _status(run_id: str) -> str:

@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass, field
 
 from runs import services
-from runs.config import worker_config
 from runs.durable import Outcome, execute_run
 from runs.models import Run
-from runs.store import OrmStore
+from runs.storage import database_store
+from runs.worker.config import worker_config
 
 ANSWER = {"name": "chaos"}
 
@@ -47,7 +47,7 @@ def mix(small: bool, scale: int = 1) -> list[Config]:
                                   "error_rate": 0.05}, 2),
         Config("migrate", "migrate", {"rows": 300, "batch_size": 50, "seed": 7}, 1,
                rollback=False),
-        Config("assistant", "assistant", {"site_pages": 60, "search_scan": 30,
+        Config("assistant", "assistant", {"site_pages": 60, "search_scan": 30, "chat": False,
                                           "latency_ms": 0}, 1),
     ]
 
@@ -62,7 +62,7 @@ def normalise(output, run_id: str):
 def drive(run_id: str, timeout: float = 120.0) -> Run:
     """Execute a run in this process, answering its questions and waiting out its timers."""
     deadline = time.monotonic() + timeout
-    store = OrmStore()
+    store = database_store()
     while time.monotonic() < deadline:
         outcome = execute_run(store, run_id, worker_config())
         run = Run.objects.get(pk=run_id)

@@ -1,7 +1,7 @@
 """The sentinel's watchdog: work that waits while every worker is idle, for longer than
 its patience, and only then."""
 
-from runs.cluster.watchdog import Watchdog
+from runs.worker.cluster.watchdog import Watchdog
 
 
 class Clock:

@@ -41,7 +41,7 @@ def launch_all(sandbox: str) -> dict[str, str]:
                   "error_rate": 0.02},
         "migrate": {"source_url": f"{sandbox}/dataset/rows", "target_url": f"{sandbox}/api",
                     "rows": 20_000, "batch_size": 100, "seed": 3},
-        "assistant": {"base_url": f"{sandbox}/llm/v1", "model": "scripted",
+        "assistant": {"base_url": f"{sandbox}/llm/v1", "model": "scripted", "chat": False,
                       "site_url": f"{sandbox}/site", "target_url": f"{sandbox}/api",
                       "site_pages": 200, "search_scan": 100, "latency_ms": 40,
                       "follow_ups": ["And how many mention the river?",

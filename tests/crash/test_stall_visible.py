@@ -21,7 +21,7 @@ from django.test import Client
 from runs import services
 from runs.models import Run
 from tests.chaos.wsclient import WebSocket
-from tests.crash.helpers import holder_pid, wait_final
+from tests.crash.helpers import wait_final
 from tests.support.processes import ROOT, Server, process_env, wait_until
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
@@ -74,13 +74,18 @@ def test_a_frozen_workers_run_shows_as_stalled_until_it_thaws(web, start_cluster
     cookie = client.cookies["sessionid"].value
     cluster = start_cluster(workers=1, AGENTOPS_LEASE_SECONDS=LEASE,
                             AGENTOPS_SANDBOX_URL=f"{web.url}/sandbox")
+    # Long enough (60 s) to be still running when it is frozen however slow the
+    # machine; once it is seen moving again after the thaw, it is cancelled.
     run_id = services.run_launch(user=alice, agent="steps",
-                                 inputs={"steps": 40, "delay": 0.2}).id
+                                 inputs={"steps": 300, "delay": 0.2}).id
     wait_until(lambda: Run.objects.get(pk=run_id).step_no >= 2, 60, message="two steps")
-    assert holder_pid(run_id) in cluster.worker_pids()
+    # Read while held: at a time slice the run is released for a moment (and claimed
+    # again by the one worker), its lease_owner empty in between.
+    owner = wait_until(lambda: Run.objects.get(pk=run_id).lease_owner, 30, message="held")
+    assert int(owner.split(":")[1]) in cluster.worker_pids()
     assert page_state(web, cookie, run_id) == "moving"
     assert runs_show(run_id)["stall"] is None
-    holder = ":".join(Run.objects.get(pk=run_id).lease_owner.split(":")[:2])
+    holder = ":".join(owner.split(":")[:2])
 
     async def follow():  # no ORM in here: the event loop's thread may not use it
         socket = await WebSocket.connect("127.0.0.1", web.port, f"/ws/runs/{run_id}/", {
@@ -114,5 +119,8 @@ def test_a_frozen_workers_run_shows_as_stalled_until_it_thaws(web, start_cluster
     except AssertionError as exc:
         raise AssertionError(f"{exc}; the run: {runs_show(run_id)}") from None
     assert runs_show(run_id)["stall"] is None
+    wait_until(lambda: Run.objects.get(pk=run_id).step_no > frozen_at, 60,
+               message="a step after the thaw")
+    services.run_cancel(run_id=run_id, user=alice, reason="seen moving again")
     run = wait_final([run_id])[run_id]
-    assert run.status == "succeeded" and run.step_no > frozen_at
+    assert run.status == "cancelled" and run.step_no > frozen_at

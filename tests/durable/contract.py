@@ -441,6 +441,19 @@ class StoreContract:
         assert [(e.key, e.status) for e in calls] == [(key, r.DONE)]
         assert store.load(run.id).run.status == r.CANCELLED
 
+    def test_a_cancel_landing_just_after_a_crashs_reclaim_still_logs_the_cut_off_call(
+            self, store, clock):
+        # Chaos (SQLite, seed 20261): the cancel came after the new worker's claim, while
+        # it replayed towards the call the dead one had left in flight.
+        run = self.launch(store, "keys", {"n": 3})
+        crash_at("after_effect_before_log")
+        self.crash(store, run.id, clock)
+        assert self.execute(_CancelAfterClaim(store), run.id) == Outcome.CANCELLED
+        key = idempotency_key(run.id, 1, 1, 0)
+        assert WORLD.target.keys() == [key, key]  # re-sent under its key, nothing new
+        calls = [e for e in store.history(run.id).effects if e.kind == r.CALL]
+        assert [(e.key, e.status) for e in calls] == [(key, r.DONE)]
+
     def test_a_cancel_after_a_crash_starts_no_non_idempotent_call(self, store, clock):
         run = self.launch(store, "in_doubt")
         crash_at("after_effect_before_log")
@@ -956,6 +969,54 @@ class StoreContract:
         assert run.id in store.due_runs(time.time())
         assert self.execute(store, run.id) == Outcome.SUCCEEDED
 
+    # (status, timer due in seconds or None, lease: "none", "live", "expired" or
+    # "unbounded" (an owner without an expiry)) -> claimable; runs/durable/claimable.py
+    CLAIMABILITY = [
+        ((r.QUEUED, None, "none"), True),
+        ((r.QUEUED, None, "live"), False),
+        ((r.QUEUED, None, "expired"), True),  # its worker died between claim and first write
+        ((r.RUNNING, None, "none"), True),
+        ((r.RUNNING, None, "live"), False),
+        ((r.RUNNING, None, "expired"), True),
+        ((r.RUNNING, None, "unbounded"), True),  # a lease without an end is no live lease
+        ((r.WAITING, -1, "none"), True),
+        ((r.WAITING, 60, "none"), False),
+        ((r.WAITING, None, "none"), False),  # waiting for an answer: no timer
+        ((r.WAITING, -1, "live"), False),  # claimed, its session not yet written
+        ((r.WAITING, -1, "expired"), True),  # the claimer died before its first write
+        ((r.WAITING, 60, "expired"), False),
+        ((r.WAITING, None, "expired"), False),
+        ((r.PAUSED, None, "none"), False),
+        ((r.NEEDS_ATTENTION, None, "none"), False),
+        ((r.SUCCEEDED, None, "none"), False),
+        ((r.FAILED, None, "none"), False),
+        ((r.CANCELLED, None, "none"), False),
+    ]
+
+    def test_which_runs_are_claimable_is_one_rule_for_due_runs_and_claim(self, store):
+        """The claim rule, case by case: due_runs lists exactly the runs claim takes."""
+        now = time.time()
+        runs = {}
+        for (status, wake_in, lease), _ in self.CLAIMABILITY:
+            run = self.launch(store, "steps", {"n": 1})
+            epoch = store.claim(run.id, "w1", LEASE, now).run.epoch
+            update = {"status": status, "wake_at": None if wake_in is None else now + wake_in}
+            if lease == "live":
+                update["lease_expires_at"] = now + 60
+            elif lease == "expired":
+                update["lease_expires_at"] = now - 1
+            elif lease == "unbounded":
+                update["lease_expires_at"] = None
+            store.commit(run.id, epoch, r.Commit(run=update, release=lease == "none"))
+            runs[(status, wake_in, lease)] = run.id
+        due = set(store.due_runs(now, limit=len(runs) + 1))
+        listed = {case: run_id in due for case, run_id in runs.items()}
+        taken = {case: store.claim(run_id, "w2", LEASE, now) is not None
+                 for case, run_id in runs.items()}
+        expected = dict(self.CLAIMABILITY)
+        assert listed == expected
+        assert taken == expected
+
     @pytest.mark.parametrize("seconds", [1e12, "soon", True])
     def test_a_sleep_no_timer_can_hold_fails_the_run_with_a_clear_error(self, store, seconds):
         # Before: 1e12 s made a wake time past the year 9999, which the ORM store could
@@ -967,10 +1028,11 @@ class StoreContract:
         assert "ctx.sleep" in failed.error["message"]
 
     def test_a_short_sleep_blocks_inline(self, store):
+        # Inline: the one claim runs through the sleep (a durable timer would return
+        # WAITING and need a second claim), so no timing is asserted.
         run = self.launch(store, "sleeper", {"seconds": 0.3})
-        started = time.monotonic()
         assert self.execute(store, run.id) == Outcome.SUCCEEDED
-        assert time.monotonic() - started >= 0.25
+        assert store.load(run.id).run.wake_at is None
         assert WORLD.calls["echo"] == 2
 
     def test_wait_for_input_validates_the_answer_and_continues_with_it(self, store, read_events):
@@ -1042,6 +1104,53 @@ class StoreContract:
         wait_until(lambda: run.id in store.due_runs(time.time()), what="the lease to expire")
         assert self.execute(store, run.id, worker("w2", lease_seconds=60)) == Outcome.SUCCEEDED
         return run, zombie
+
+    def test_batch_renewals_hold_to_the_epoch_and_the_owner(self, store):
+        now = time.time()
+        runs = [self.launch(store, "steps", {"n": 1}) for _ in range(4)]
+        claims = [store.claim(run.id, "w1", LEASE, now) for run in runs]
+        held = [r.LeaseHeld(c.run.id, c.run.epoch, "w1") for c in claims]
+        for claim in claims:
+            store.commit(claim.run.id, claim.run.epoch, r.Commit(run={"status": r.RUNNING}))
+        control.pause(store, runs[0].id, actor="op")  # a request the renewal reads
+        store.commit(runs[1].id, claims[1].run.epoch,
+                     r.Commit(run={"lease_expires_at": now - 1}))
+        taken = store.claim(runs[1].id, "w2", LEASE, now)  # claimed again: a new epoch
+        store.commit(runs[2].id, claims[2].run.epoch, r.Commit(release=True))  # same epoch
+        assert store.renew_leases(held, now + 100) == {runs[0].id: r.PAUSE, runs[3].id: None}
+        leases = {run.id: store.get(run.id) for run in runs}
+        assert leases[runs[0].id].lease_expires_at == pytest.approx(now + 100, abs=1e-3)
+        assert leases[runs[3].id].lease_expires_at == pytest.approx(now + 100, abs=1e-3)
+        assert (leases[runs[1].id].lease_owner, leases[runs[1].id].lease_expires_at) == (
+            "w2", pytest.approx(taken.run.lease_expires_at, abs=1e-3))  # not w1's renewal
+        assert (leases[runs[2].id].lease_owner, leases[runs[2].id].lease_expires_at) == (
+            None, None)  # a released run is not leased again
+        assert store.renew_leases([], now + 100) == {}
+        assert store.renew_leases([r.LeaseHeld(runs[3].id, claims[3].run.epoch, "w9")],
+                                  now + 200) == {}  # another owner's name renews nothing
+
+    def test_live_leases_are_those_of_the_prefix_still_alive(self, store):
+        now = time.time()
+        runs = [self.launch(store, "steps", {"n": 1}) for _ in range(4)]
+        owners = ["hostA:10:1", "hostA:11:1", "hostB:10:1", "hostA:12:1"]
+        claims = [store.claim(run.id, owner, LEASE, now) for run, owner in zip(runs, owners)]
+        store.commit(runs[1].id, claims[1].run.epoch,
+                     r.Commit(run={"lease_expires_at": now - 1}))  # expired
+        store.commit(runs[3].id, claims[3].run.epoch,
+                     r.Commit(run={"status": r.SUCCEEDED}, release=True))  # ended
+        assert store.live_leases("hostA:", now) == [
+            r.LeaseHeld(runs[0].id, claims[0].run.epoch, "hostA:10:1")]
+        assert store.live_leases("hostA:", now + LEASE + 1) == []  # past the lease
+        assert [lease.owner for lease in store.live_leases("hostB:", now)] == ["hostB:10:1"]
+        # what the sweep does with a dead holder's lease: renewed to expire now
+        assert store.renew_leases(store.live_leases("hostA:", now), now) == {runs[0].id: None}
+        assert runs[0].id in store.due_runs(now + 0.01)
+
+    def test_due_runs_leaves_out_the_runs_a_worker_holds(self, store):
+        first, second = (self.launch(store, "steps", {"n": 1}) for _ in range(2))
+        assert set(store.due_runs(time.time())) == {first.id, second.id}
+        assert store.due_runs(time.time(), exclude=[first.id]) == [second.id]
+        assert store.due_runs(time.time(), exclude=[first.id, second.id]) == []
 
     def test_a_zombie_worker_that_lost_its_lease_cannot_write(self, store, clock, read_events):
         run, zombie = self._zombie(store, clock, "slow")
@@ -1388,6 +1497,22 @@ class StoreContract:
         control.rollback(store, run.id, checkpoint=third.number, actor="op", reason="redo")
         assert self.execute(store, run.id) == Outcome.SUCCEEDED
         assert store.load(run.id).run.output == uninterrupted
+
+
+class _CancelAfterClaim:
+    """The store, with an operator's cancel landing right after each claim."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def claim(self, run_id, owner, lease_seconds, now):
+        claimed = self._store.claim(run_id, owner, lease_seconds, now)
+        if claimed is not None:
+            control.cancel(self._store, run_id, actor="op", reason="just after the claim")
+        return claimed
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
 
 
 class _FailingCommits:

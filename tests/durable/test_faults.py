@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from runs.durable import WorkerConfig, control, execute_run
+from runs.durable import faults as fault_points
 from runs.durable.faults import POINTS, InjectedFault, faults
 from runs.durable.memory import MemoryStore
 
@@ -76,14 +77,16 @@ def test_arming_an_unknown_point_is_refused():
         faults.arm("after_lunch", "raise")
 
 
-def test_named_actions_raise_and_sleep():
+def test_named_actions_raise_and_sleep(monkeypatch):
     faults.arm("before_effect", "raise")
     with pytest.raises(InjectedFault):
         faults.hit("before_effect")
+    slept = []
+    monkeypatch.setattr(fault_points.time, "sleep", slept.append)  # asked for, not timed
     faults.arm("before_effect", "sleep:0.05")
-    started = time.monotonic()
     faults.hit("before_effect")
-    assert time.monotonic() - started >= 0.05
+    assert slept == [0.05]
+    monkeypatch.undo()
     faults.arm("before_effect", "dance")
     with pytest.raises(ValueError, match="unknown fault action 'dance'"):
         faults.hit("before_effect")
@@ -99,8 +102,10 @@ def test_a_plain_run_reaches_every_named_point_in_order():
     execute_run(store, run.id, WorkerConfig("w1", lease_seconds=0.2), registry=REG)
     slice_run = control.launch(store, agent="steps_every10", inputs={"n": 2}, registry=REG)
     execute_run(store, slice_run.id, WorkerConfig("w1", slice_seconds=0), registry=REG)
-    # before_retry_wait needs a failing call that waits: tests/crash/test_retry_wait_crash.py
-    assert set(hits) == set(POINTS) - {"before_retry_wait"}
+    # before_retry_wait needs a failing call that waits: tests/crash/test_retry_wait_crash.py;
+    # the child runs' points need a parent: tests/durable/contract_children.py
+    assert set(hits) == set(POINTS) - {"before_retry_wait", "after_spawn_before_log",
+                                       "before_children_wait"}
     first_call = hits.index("before_effect")
     assert hits[first_call:first_call + 2] == ["before_effect", "after_effect_before_log"]
     first_checkpoint = hits.index("after_checkpoint_before_event")

@@ -5,9 +5,11 @@ import pytest
 from runs.durable.memory import MemoryStore
 
 from .contract import StoreContract
+from .contract_children import ChildrenContract
+from .contract_parallel import ParallelContract
 
 
-class TestMemoryStore(StoreContract):
+class TestMemoryStore(ChildrenContract, ParallelContract, StoreContract):
     @pytest.fixture
     def store(self):
         return MemoryStore()

@@ -250,6 +250,47 @@ def test_a_permanent_error_fails_fast_and_says_so():
     assert len(TARGET["keys"]) == 1
 
 
+class NotFound(PermanentToolError):
+    """A tool's own kind of permanent error: a subclass, matched by isinstance."""
+
+
+@tool(idempotent=True, name="t.lookup", retry=Retry(initial_interval=0.01, maximum_attempts=4))
+def lookup(item, *, idempotency_key):
+    TARGET["keys"].append(idempotency_key)
+    _maybe_fail("lookup")
+    return item
+
+
+@tool(name="t.post", retry=Retry(initial_interval=0.01, maximum_attempts=4))
+def post(item):
+    TARGET["sent"][item] += 1
+    _maybe_fail("post")
+    return item
+
+
+@agent("looker", registry=REG)
+def looker(ctx, inputs):
+    return _caught(ctx, lambda: ctx.call(lookup, "x"))
+
+
+@agent("poster", registry=REG)
+def poster(ctx, inputs):
+    return _caught(ctx, lambda: ctx.call(post, "x"))
+
+
+@pytest.mark.parametrize("name, tool_name", [("looker", "lookup"), ("poster", "post")])
+def test_a_subclass_of_permanent_tool_error_is_not_retried(name, tool_name):
+    store = MemoryStore()
+    run_id = launch(store, name)
+    fail_next(tool_name, *[NotFound("no such item") for _ in range(4)])
+    assert execute(store, run_id) == Outcome.SUCCEEDED
+    assert store.get(run_id).output == {"caught": "NotFound", "permanent": True, "attempts": 1,
+                                        "message": "no such item"}
+    calls = len(TARGET["keys"]) if name == "looker" else TARGET["sent"]["x"]
+    assert calls == 1  # Retry(maximum_attempts=4) would have made 4
+    assert [a["retry_in"] for a in events(store, run_id, "attempt")] == [None]
+
+
 def test_a_spent_policy_reaches_the_agent_as_not_permanent():
     store = MemoryStore()
     run_id = launch(store, "quick")

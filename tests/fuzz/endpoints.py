@@ -131,7 +131,15 @@ def make_world(django_user_model) -> dict:
     root = django_user_model.objects.create_superuser("root", password="root-pass-12345")
     waiting = drive(services.run_launch(user=root, agent="ask", inputs={}).pk)
     in_doubt = in_doubt_run(root)
-    return {"root": root, "waiting": waiting, "in_doubt": in_doubt}
+    from runs.schedules.services import schedule_create
+    from runs.webhooks.services import subscription_create
+
+    schedule = schedule_create(user=root, data={"name": "s", "agent": "ask", "inputs": {},
+                                                "kind": "cron", "cron": "0 3 * * *"})
+    subscription = subscription_create(user=root, data={"url": "https://hooks.example.com/x",
+                                                        "events": ["run.ended"]})
+    return {"root": root, "waiting": waiting, "in_doubt": in_doubt, "schedule": schedule,
+            "subscription": subscription}
 
 
 def every_url(world) -> list[str]:
@@ -147,8 +155,16 @@ def every_url(world) -> list[str]:
                 return pk
         return 1  # an object that may not exist: a 302 or 404, never a 500
 
-    return concrete_urls({
+    # The API's event stream is an endless response under a live run, served by Daphne:
+    # tests/api/test_fuzz.py fuzzes it (on ended runs) and tests/api/test_client_live.py
+    # follows it.
+    return [url for url in concrete_urls({
         "run_id": run.pk, "number": checkpoint.number, "agent": "ask", "n": 1,
         "app_label": "runs", "object_id": object_id, "id": world["root"].pk,
-        "content_type_id": 1,
-    }) + [f"/runs/{world['waiting'].pk}/"] + [f"/launch/{name}/" for name in registry.names()]
+        "content_type_id": 1, "schedule_id": world["schedule"].pk,
+        "subscription_id": world["subscription"].pk,
+        "approval_id": "0" * 32,  # no such request: a 404 (runs/budgets/urls.py)
+        "name": "ask", "seq": 1,  # the API's agent and in-doubt effect (runs/api/)
+        "token_id": 1,  # maybe nobody's token: a 404 (runs/api/urls.py)
+    }) if not url.endswith("/events/stream")] + [f"/runs/{world['waiting'].pk}/"] + [
+        f"/launch/{name}/" for name in registry.names()]

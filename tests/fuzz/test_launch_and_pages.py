@@ -75,7 +75,7 @@ def test_oversized_requests_are_refused_before_the_form(client_for):
     before = snapshot()
     too_big = django_settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1
     response = client.post("/launch/ask/", {"question": "x" * too_big})
-    assert response.status_code == 413  # Payload Too Large, on a styled page (runs/views/errors.py)
+    assert response.status_code == 413  # Payload Too Large, on a styled page (runs/web/views/errors.py)
     assert snapshot() == before
 
 

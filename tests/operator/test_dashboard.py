@@ -20,10 +20,11 @@ NOW = timezone.now()
 def make_runs(n, *, owner=None, agent="ticker", status="succeeded", start=0, same_time=False,
               **fields):
     runs = []
+    updated_at = fields.pop("updated_at", None)  # for every run made (popped once, not per run)
     for i in range(start, start + n):
         created = NOW - timedelta(seconds=0 if same_time else i)
         runs.append(Run(id=uuid.uuid4().hex, agent=agent, agent_version="1", owner=owner,
-                        status=status, created_at=created, updated_at=fields.pop("updated_at", created),
+                        status=status, created_at=created, updated_at=updated_at or created,
                         **fields))
     Run.objects.bulk_create(runs, batch_size=1000)
     return runs

@@ -8,9 +8,11 @@ from django.contrib.auth.models import Group
 
 from agentops.asgi import application
 from runs import services
-from runs.live_access import CLOSE_ACCESS_CHANGED
+from runs.live.access import CLOSE_ACCESS_CHANGED
+from runs.live.consumers import hub
 from runs.operator.groups import ensure_operators_group
 from tests.operator.test_websocket_permissions import communicator
+from tests.web.test_consumers import eventually
 from tests.web.test_live_access import logged_in
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
@@ -19,7 +21,7 @@ PATH = "/ws/operator/"
 
 async def operator_socket(username: str) -> WebsocketCommunicator:
     """A socket on a real session (logged in through the login page): live sockets follow
-    their session's access (runs/live_access.py), and a socket without one is closed at
+    their session's access (runs/live/access.py), and a socket without one is closed at
     the first access change of anybody's."""
     client = await sync_to_async(logged_in)(username, f"{username}-pass-1")
     headers = [(b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1"),
@@ -52,7 +54,13 @@ async def test_an_operator_is_told_when_a_shown_run_changes(users):
     await comm.send_json_to({"type": "watch", "runs": {run.pk: run.event_seq, "nope": 0},
                              "all": False})
     assert await comm.receive_json_from(timeout=5) == {"type": "watching", "runs": [run.pk]}
-    assert await comm.receive_nothing(timeout=1)  # nothing changed yet: nothing said
+    # Nothing changed yet: nothing said. Once the hub has read the run (its first poll
+    # wakes the socket), a ping is answered with nothing before it: a notice would be
+    # sent first, its operator check queued ahead of the ping's on the database thread.
+    await eventually(lambda: run.pk in hub().feeds and hub().feeds[run.pk].head > 0,
+                     "the hub's first read of the run")
+    await comm.send_json_to({"type": "ping"})
+    assert await comm.receive_json_from(timeout=5) == {"type": "pong"}
     await sync_to_async(services.run_pause)(run_id=run.pk, user=users["charlie"],
                                             reason="look")
     message = await comm.receive_json_from(timeout=10)
@@ -71,7 +79,7 @@ async def test_an_operator_who_loses_the_permission_is_closed(users):
         users["charlie"].groups.remove(*Group.objects.all())
         users["charlie"].user_permissions.clear()
     await sync_to_async(demote)()
-    # The access watcher (runs/live_access.py) closes it at once; the page's reconnect is
+    # The access watcher (runs/live/access.py) closes it at once; the page's reconnect is
     # then refused at connect (4404), as for any user who is not an operator.
     assert (await comm.receive_output(timeout=5)) == {"type": "websocket.close",
                                                       "code": CLOSE_ACCESS_CHANGED}

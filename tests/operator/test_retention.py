@@ -8,8 +8,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from runs import retention
 from runs.models import Checkpoint, Run
+from runs.storage import retention
 from tests.operator.conftest import drive, launch
 
 pytestmark = pytest.mark.django_db
@@ -78,7 +78,7 @@ def test_the_prune_command(users, capsys, settings):
 def test_a_schedule_applies_it():
     from django_q.models import Schedule
 
-    assert Schedule.objects.filter(func="runs.retention.prune_task").count() == 1
+    assert Schedule.objects.filter(func="runs.storage.retention.prune_task").count() == 1
 
 
 def test_the_bases_of_a_kept_patch_checkpoint_are_kept():

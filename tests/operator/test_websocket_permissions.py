@@ -7,8 +7,8 @@ from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 
 from runs import services
+from runs.live.routing import websocket_urlpatterns
 from runs.operator.groups import ensure_operators_group
-from runs.routing import websocket_urlpatterns
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
@@ -20,16 +20,16 @@ def communicator(user, path):
     return comm
 
 
-async def collect(comm, until_kind=None, limit=20):
+async def collect(comm, until, timeout: float = 10.0) -> list[dict]:
+    """Every message up to the first for which `until(message)` is true."""
     got = []
-    for _ in range(limit):
-        if await comm.receive_nothing(timeout=2):
-            break
-        got.append(await comm.receive_json_from())
-        kinds = [e["kind"] for m in got if m.get("type") == "events" for e in m["events"]]
-        if until_kind in kinds:
-            break
+    while not got or not until(got[-1]):
+        got.append(await comm.receive_json_from(timeout=timeout))
     return got
+
+
+def has_event(kind):
+    return lambda message: any(e["kind"] == kind for e in message.get("events", []))
 
 
 async def test_a_plain_user_cannot_follow_someone_elses_run(users):
@@ -51,7 +51,7 @@ async def test_an_operator_follows_any_run_with_its_audit_entries(users):
     await comm.send_json_to({"type": "hello", "after": 0})
     await sync_to_async(services.run_pause)(run_id=run.pk, user=users["charlie"],
                                             reason="look")
-    messages = await collect(comm, until_kind="audit")
+    messages = await collect(comm, has_event("audit"))
     events = [e for m in messages if m.get("type") == "events" for e in m["events"]]
     audit = [e for e in events if e["kind"] == "audit"]
     assert audit and audit[0]["data"]["reason"] == "look"
@@ -61,12 +61,19 @@ async def test_an_operator_follows_any_run_with_its_audit_entries(users):
 async def test_the_run_list_socket_tells_a_plain_user_nothing_of_other_runs(users):
     run = await sync_to_async(services.run_launch)(user=users["alice"], agent="ticker",
                                                    inputs={"steps": 1})
+    bobs = await sync_to_async(services.run_launch)(user=users["bob"], agent="ticker",
+                                                    inputs={"steps": 1})
     comm = communicator(users["bob"], "/ws/runs/")
     connected, _ = await comm.connect()
     assert connected
-    await comm.send_json_to({"type": "watch", "runs": {run.pk: 0}, "newest": ""})
+    await comm.send_json_to({"type": "watch", "runs": {run.pk: 0, bobs.pk: bobs.event_seq},
+                             "newest": bobs.pk})
     await sync_to_async(services.run_pause)(run_id=run.pk, user=users["charlie"],
                                             reason="look")
-    messages = await collect(comm, limit=3)
+    # bob's own run changes after alice's: what would tell of hers comes before its row
+    await sync_to_async(services.run_cancel)(run_id=bobs.pk, user=users["bob"])
+    messages = await collect(comm, lambda m: m.get("type") == "runs"
+                             and bobs.pk in [row["id"] for row in m["runs"]])
+    assert messages[0] == {"type": "watching", "runs": [bobs.pk]}
     assert run.pk not in str(messages)
     await comm.disconnect()

@@ -12,8 +12,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from runs import heartbeat
 from runs.models import Run, WorkerHeartbeat
+from runs.worker import heartbeat
 from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.django_db

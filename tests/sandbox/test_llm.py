@@ -147,7 +147,9 @@ def test_the_models_endpoint(http):
             },
             "tool_choice",
         ),
-        ({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}, "stream"),
+        ({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}, "stream"),
+        ({"model": "m", "messages": [{"role": "user", "content": "x"}],
+          "stream_options": {"include_usage": True}}, "stream_options"),
     ],
 )
 def test_malformed_requests_are_400(http, body, param):

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import psutil
+from django.conf import settings as django_settings
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +54,9 @@ def process_env(**extra) -> dict:
         env["SQLITE_PATH"] = str(settings["NAME"])
     env.setdefault("AGENTOPS_AGENT_MODULES", "tests.workload_agents")
     env["PYTHONPATH"] = str(ROOT)
-    env["DJANGO_SETTINGS_MODULE"] = "agentops.settings"
+    # This process's own (tests/support/settings.py under pytest): a password hash made
+    # here must not look outdated to a child, which would re-hash it at a login.
+    env["DJANGO_SETTINGS_MODULE"] = django_settings.SETTINGS_MODULE
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
@@ -123,7 +126,7 @@ class Cluster(Managed):
     supervised=True `manage.py worker`, the supervisor that runs and restarts it."""
 
     def __init__(self, tmp_path: Path, workers: int = 2, name: str = "c", supervised: bool = False,
-                 **env):
+                 ready_timeout: float = 90.0, **env):
         env.setdefault("AGENTOPS_WORKERS", workers)
         self.pid_dir = tmp_path / f"pids-{name}-{time.monotonic_ns()}"
         self.pid_dir.mkdir()
@@ -132,7 +135,7 @@ class Cluster(Managed):
         super().__init__([sys.executable, "manage.py", command], process_env(**env),
                          tmp_path / f"{command}-{name}-{time.monotonic_ns()}.log")
         self.workers = workers
-        wait_until(lambda: len(self.worker_pids()) >= workers or self._dead(), 30,
+        wait_until(lambda: len(self.worker_pids()) >= workers or self._dead(), ready_timeout,
                    message="qcluster workers")
 
     def _dead(self):
@@ -142,7 +145,7 @@ class Cluster(Managed):
 
     def role_pids(self, role: str) -> list[int]:
         """Live processes of this cluster in a role (main, sentinel, worker, pusher,
-        monitor): each writes a file role-pid when it starts (runs/cluster/roles.py)."""
+        monitor): each writes a file role-pid when it starts (runs/worker/cluster/roles.py)."""
         pids = [int(p.name.split("-")[1]) for p in self.pid_dir.glob(f"{role}-*")]
         return [pid for pid in pids if _running(pid)]
 

@@ -11,10 +11,10 @@ from django.test import Client
 
 import tests.workload_agents  # noqa: F401  (registers ticker, ask, shout, steps here too)
 from runs import services
-from runs.config import worker_config
 from runs.durable import Outcome, execute_run
 from runs.models import Run
-from runs.store import OrmStore
+from runs.storage import database_store
+from runs.worker.config import worker_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
@@ -42,7 +42,7 @@ def drive(run_id: str, max_slices: int = 50) -> Run:
     """Execute a run in this process until it ends or waits (no worker needed)."""
     outcome = None
     for _ in range(max_slices):
-        outcome = execute_run(OrmStore(), run_id, worker_config())
+        outcome = execute_run(database_store(), run_id, worker_config())
         if outcome != Outcome.YIELDED:
             break
     return Run.objects.get(pk=run_id)

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from runs import services
-from runs.live_shutdown import CLOSE_SERVICE_RESTART
+from runs.live.shutdown import CLOSE_SERVICE_RESTART
 from runs.models import Checkpoint, Run, RunEvent
 from tests.support.processes import Server, wait_until
 from tests.web.conftest import log_in, screenshot

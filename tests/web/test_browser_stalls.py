@@ -9,7 +9,7 @@ import pytest
 
 from runs import services
 from runs.durable import WorkerConfig, execute_run
-from runs.store import OrmStore
+from runs.storage import database_store
 from tests.web.conftest import log_in, screenshot
 from tests.web.test_stalls_shown import hold, lose_lease
 
@@ -21,7 +21,7 @@ LIVE = '#live-indicator[data-state="live"]'
 def half_run(user) -> str:
     """A ticker run that made some progress in this process, then was handed back."""
     run = services.run_launch(user=user, agent="ticker", inputs={"steps": 40, "delay": 0.02})
-    execute_run(OrmStore(), run.pk, WorkerConfig(owner="web-1:4242:ab12cd34", lease_seconds=30,
+    execute_run(database_store(), run.pk, WorkerConfig(owner="web-1:4242:ab12cd34", lease_seconds=30,
                                                  slice_seconds=0.3))
     return run.pk
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from runs import services
-from runs.live_shutdown import CLOSE_SERVICE_RESTART
+from runs.live.shutdown import CLOSE_SERVICE_RESTART
 from tests.chaos.followers import login
 from tests.support.live_sockets import close_codes
 from tests.support.processes import Server

@@ -1,6 +1,6 @@
 """SchemaForm: JSON Schema properties to form fields and back."""
 
-from runs.forms import SchemaForm
+from runs.web.forms import SchemaForm
 
 
 def test_an_object_schema_gives_a_field_per_property():

@@ -1,4 +1,4 @@
-"""An open live socket follows its user's access (runs/live_access.py): logging out, a
+"""An open live socket follows its user's access (runs/live/access.py): logging out, a
 password change, a deactivation and a lost operator permission close it at once, and
 the reconnect is refused. Other users' and other sessions' sockets stay open.
 
@@ -15,7 +15,10 @@ from django.contrib.auth.models import Group
 from django.test import Client
 
 from agentops.asgi import application
-from runs import consumers, live_access, services
+from runs import services
+from runs.live import access as live_access
+from runs.live import consumers
+from runs.models import Run
 from runs.operator.groups import ensure_operators_group
 from tests.web.conftest import drive
 
@@ -42,8 +45,10 @@ async def open_run_socket(run_id: str, client: Client) -> WebsocketCommunicator:
     assert connected, code
     await communicator.send_json_to({"type": "hello", "after": 0})
     assert (await communicator.receive_json_from(timeout=5))["type"] == "welcome"
-    while not await communicator.receive_nothing(timeout=0.2):  # the catch-up events
-        await communicator.receive_from(timeout=5)
+    head = await sync_to_async(lambda: Run.objects.get(pk=run_id).event_seq)()
+    seen = 0
+    while seen < head:  # the catch-up events
+        seen = (await communicator.receive_json_from(timeout=5))["events"][-1]["seq"]
     return communicator
 
 

@@ -7,7 +7,7 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
-from runs.views.login import lockout_message
+from runs.web.views.login import lockout_message
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""The stall rule (runs/stalls.py) on each case, and the same rule as a database filter."""
+"""The stall rule (runs/worker/stalls.py) on each case, and the same rule as a database filter."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from datetime import timezone as dt_timezone
 
 import pytest
 
-from runs import stalls
 from runs.durable import Agent, agent
 from runs.models import Run
+from runs.worker import stalls
 
 NOW = datetime(2026, 12, 1, 12, 10, 0, tzinfo=dt_timezone.utc)
 LIMITS = stalls.Limits(lease_grace=timedelta(seconds=4), unclaimed=timedelta(seconds=60),

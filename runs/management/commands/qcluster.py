@@ -1,14 +1,14 @@
 """django-q2's qcluster, made self-healing, plus what durable runs need from the
 cluster's main process:
 
-* the cluster is ours (runs/cluster/): its sentinel replaces a generation whose
+* the cluster is ours (runs/worker/cluster/): its sentinel replaces a generation whose
   process died, and this process replaces a sentinel that died, stopped or went
-  silent, in the same command (runs/cluster/main.py);
+  silent, in the same command (runs/worker/cluster/main.py);
 * the recovery sweep and the heartbeat, every AGENTOPS_SWEEP_INTERVAL seconds;
 * on SIGTERM/SIGINT to this process alone, SIGUSR1 to every worker first, so a
   running run hands itself back at its next effect boundary instead of making
   the deploy wait for it (django-q2 itself waits for running tasks);
-* under `manage.py worker` (runs/cluster/supervisor.py) it shows its progress
+* under `manage.py worker` (runs/worker/cluster/supervisor.py) it shows its progress
   every tick and dies with its supervisor.
 """
 
@@ -24,11 +24,11 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django_q.management.commands.qcluster import Command as QClusterCommand
 
-from runs.cluster import roles, supervisor
-from runs.cluster.lifelines import become_subreaper
-from runs.cluster.main import ClusterStartFailed, SelfHealingCluster, replace, tend_leftovers
-from runs.heartbeat import record_heartbeat
-from runs.sweep import sweep
+from runs.worker.cluster import roles, supervisor
+from runs.worker.cluster.lifelines import become_subreaper
+from runs.worker.cluster.main import ClusterStartFailed, SelfHealingCluster, replace, tend_leftovers
+from runs.worker.heartbeat import record_heartbeat
+from runs.worker.sweep import sweep
 
 logger = logging.getLogger("agentops.cluster")
 RESTART_PAUSE = 1.0  # seconds between attempts to start a cluster that fails to start
@@ -76,7 +76,7 @@ class Command(QClusterCommand):
         signal.signal(signal.SIGTERM, on_stop_signal)
         signal.signal(signal.SIGINT, on_stop_signal)
         # Inherited by the sentinel, monitor and pusher, so our SIGUSR1 cannot kill
-        # them; worker processes install their own handler (runs/signals.py).
+        # them; worker processes install their own handler (runs/worker/signals.py).
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
     def keep(self, state):

@@ -1,6 +1,7 @@
 """`manage.py runs SUBCOMMAND`: launch, inspect and operate durable runs from a shell."""
 
 import json
+import os
 import sys
 import time
 
@@ -8,14 +9,17 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from runs import services, untrusted
-from runs.config import worker_config
+from runs import services
+from runs.budgets import cli as budgets_cli
 from runs.durable import DurableError, Outcome, execute_run
 from runs.durable.records import FINAL_STATUSES, NEEDS_ATTENTION, SUCCEEDED
 from runs.models import Run, RunEvent
-from runs.operator_forms import ResolveForm, RollbackForm, RunActionForm
-from runs.stalls import mark_stalls
-from runs.views.retrying import retrying
+from runs.operator.forms import ResolveForm, RollbackForm, RunActionForm
+from runs.selectors import run_children
+from runs.web import untrusted
+from runs.web.views.retrying import retrying
+from runs.worker.config import worker_config
+from runs.worker.stalls import mark_stalls
 
 
 class Command(BaseCommand):
@@ -23,6 +27,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--json", action="store_true", help="machine-readable output")
+        # a remote server through its HTTP API (runs/api/remote.py, docs/api.md)
+        parser.add_argument("--url", default=os.environ.get("AGENTOPS_URL", ""),
+                            help="drive the server at URL over its API (or AGENTOPS_URL)")
+        parser.add_argument("--token", default="", help="an API token for --url "
+                                                        "(or AGENTOPS_TOKEN)")
         sub = parser.add_subparsers(dest="subcommand", required=True)
         # --json is accepted after the subcommand too
         add_parser = sub.add_parser
@@ -36,6 +45,7 @@ class Command(BaseCommand):
         _add_run_subcommands(sub)
         _add_control_subcommands(sub)
         _add_maintenance_subcommands(sub)
+        budgets_cli.add_subcommands(sub, _subcommand, _add_control_arguments)
 
     def handle(self, *args, **opts):
         self.as_json = opts["json"]
@@ -45,6 +55,10 @@ class Command(BaseCommand):
                     untrusted.check_text(value, f"--{name.replace('_', '-')}")
         except untrusted.UntrustedInputError as exc:
             raise CommandError(str(exc)) from None
+        if opts["url"]:
+            from runs.api import remote
+
+            return remote.handle(self, opts)
         try:
             return getattr(self, f"do_{opts['subcommand'].replace('-', '_')}")(opts)
         except DurableError as exc:
@@ -52,6 +66,8 @@ class Command(BaseCommand):
 
     # --- subcommands -------------------------------------------------------------
     def do_launch(self, opts):
+        if opts["idempotency_key"]:
+            raise CommandError("--idempotency-key is for launches over --url (the API)")
         inputs = _json_arg(opts["input"], "--input")
         run = services.run_launch(user=_user(opts["user"]), agent=opts["agent"], inputs=inputs)
         self._print_run(run)
@@ -120,6 +136,21 @@ class Command(BaseCommand):
         data = _valid(RunActionForm({"action": action, "reason": opts["reason"]}))
         self._print_run(service(run_id=run_id, user=_actor(opts), reason=data["reason"], **extra))
 
+    def do_approve(self, opts):
+        self._budgets(opts)
+
+    def do_deny(self, opts):
+        self._budgets(opts)
+
+    def do_budget(self, opts):
+        self._budgets(opts)
+
+    def _budgets(self, opts):  # runs/budgets/cli.py
+        run = _get(opts["run_id"])
+        reason = _valid(RunActionForm({"action": "resume", "reason": opts["reason"]}))["reason"]
+        budgets_cli.handle(self, opts["subcommand"], run, opts, _actor(opts), reason)
+        self._print_run(_get(run.id))
+
     def do_rollback(self, opts):
         run_id = _get(opts["run_id"]).id
         if opts["preview"]:
@@ -130,11 +161,11 @@ class Command(BaseCommand):
         # page's preselected choice does.
         then = opts["then"] or "resume"
         data = _valid(RollbackForm({"checkpoint": opts["checkpoint"], "reason": opts["reason"],
-                                    "then": then}))
+                                    "then": then, "children": opts["children"]}))
         resume = data["then"] == "resume" if opts["then"] else None
         self._print_run(services.run_rollback(run_id=run_id, checkpoint=data["checkpoint"],
                                               user=_actor(opts), reason=data["reason"],
-                                              resume=resume))
+                                              resume=resume, children=data["children"]))
 
     def do_resolve(self, opts):
         run_id = _get(opts["run_id"]).id
@@ -145,12 +176,12 @@ class Command(BaseCommand):
             result=data["result"], user=_actor(opts), reason=data["reason"]))
 
     def do_sweep(self, opts):
-        from runs.sweep import sweep
+        from runs.worker.sweep import sweep
 
         self.stdout.write(f"enqueued {sweep()} run(s)")
 
     def do_prune(self, opts):
-        from runs.retention import prune
+        from runs.storage.retention import prune
 
         report = prune(dry_run=opts["dry_run"])
         if self.as_json:
@@ -184,6 +215,10 @@ class Command(BaseCommand):
                 value = getattr(run, name)
                 if value:
                     self.stdout.write(f"  {name}: {json.dumps(value)[:2000]}")
+            if run.parent_id:
+                self.stdout.write(f"  parent: {run.parent_id}")
+            for child in _children(run):  # docs/children.md
+                self.stdout.write(f"  child: {child.id}  {child.agent}  {child.status}")
 
     def _note(self, text):
         """A line for the person at the terminal, kept out of stdout (and so of --json)."""
@@ -235,6 +270,8 @@ def _add_run_subcommands(sub):
     p.add_argument("--wait", action="store_true",
                    help="wait until the run ends; exit 1 unless it succeeded")
     p.add_argument("--timeout", type=float, default=3600, help="seconds --wait waits (3600)")
+    p.add_argument("--idempotency-key", default=None,
+                   help="with --url: the same key and inputs launch one run, however often")
     p = _subcommand(sub, "list", "list runs, newest first")
     p.add_argument("--status", default=None, help="only runs with this status, e.g. running")
     p.add_argument("--limit", type=int, default=20, help="how many runs (20)")
@@ -278,6 +315,9 @@ def _add_control_subcommands(sub):
     p.add_argument("--then", choices=["resume", "pause"], default=None,
                    help="after the rollback the run resumes, or stays paused "
                         "(default: paused if it was paused, else it resumes)")
+    p.add_argument("--children", choices=list(RollbackForm.CHILDREN), default="cancel",
+                   help="the child runs launched by the spawns it undoes: cancel those not "
+                        "ended (default), or keep them running (docs/children.md)")
     p.add_argument("--preview", action="store_true",
                    help="only show what would be undone (needs no reason)")
     p = _subcommand(sub, "resolve", "answer an in-doubt effect (it happened, retry it, skip it)")
@@ -299,7 +339,7 @@ def _add_maintenance_subcommands(sub):
     _subcommand(sub, "sweep", "enqueue every run that is due now",
                 "Enqueue every due run (queued and unleased, running with an expired lease, "
                 "waiting on a timer that is due), as the cluster's recovery sweep does.")
-    p = _subcommand(sub, "prune", "apply the checkpoint retention policy (runs/retention.py)")
+    p = _subcommand(sub, "prune", "apply the checkpoint retention policy (runs/storage/retention.py)")
     p.add_argument("--dry-run", action="store_true", help="only say what would be dropped")
 
 
@@ -361,5 +401,11 @@ def _run_dict(run, full=False):
     data["retrying"] = retry.text() if retry else None
     if full:
         data.update(inputs=run.inputs, output=run.output, error=run.error,
-                    attention=run.attention, epoch=run.epoch)
+                    attention=run.attention, epoch=run.epoch, parent_id=run.parent_id,
+                    children=[{"id": c.id, "agent": c.agent, "status": c.status}
+                              for c in _children(run)])
     return data
+
+
+def _children(run):
+    return run_children(run)[0]

@@ -1,10 +1,10 @@
-"""`manage.py worker`: qcluster under a thin supervisor that restarts it (runs/cluster/supervisor.py).
+"""`manage.py worker`: qcluster under a thin supervisor that restarts it (runs/worker/cluster/supervisor.py).
 The Procfile's worker; production supervisors may run qcluster directly (docs/workers.md)."""
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from runs.cluster.supervisor import Supervisor, qcluster_argv
+from runs.worker.cluster.supervisor import Supervisor, qcluster_argv
 
 
 class Command(BaseCommand):
@@ -13,4 +13,5 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         conf = settings.AGENTOPS
         Supervisor(qcluster_argv(), stale_seconds=conf["MAIN_STALE_SECONDS"],
+                   start_seconds=conf["MAIN_START_SECONDS"],
                    grace_seconds=conf["SHUTDOWN_GRACE_SECONDS"]).run()

@@ -1,0 +1,162 @@
+"""What both adapters share: an SDK's async calls made into engine effects.
+
+An SDK agent is async; the engine's `ctx.call` is synchronous and must run on the
+run's own thread (its store writes use that thread's connection). So a step runs
+the SDK's agent on an event loop of the run's thread (`run_step`), the adapter's
+model and tool wrappers call `ctx.call` synchronously from inside it (the loop is
+the run's alone, so blocking it blocks no other run), and the real request or tool
+coroutine runs on one event loop per process (`Bridge`), where the SDK's HTTP
+clients live. Many runs' requests share that loop without waiting on each other.
+
+The engine's own exceptions (a suspension, a stop, a fenced session, a halt) must
+leave the SDK untouched by its error handling: `Turn` keeps the first one and
+`run_step` raises it once the SDK's call has unwound, whatever the SDK made of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import os
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from runs.durable.errors import ToolFailedError
+from runs.durable.registry import Retry, Tool
+from runs.durable.retry import NO_RETRY
+
+
+def made_by(obj, module: str, cls: str) -> bool:
+    """isinstance(obj, module.cls) without importing `module`: if it is not imported,
+    nothing can have made `obj` with it."""
+    loaded = sys.modules.get(module)
+    return loaded is not None and isinstance(obj, getattr(loaded, cls, ()))
+
+
+@dataclass(frozen=True)
+class EffectScope:
+    """What a tool running as an effect may ask about its call."""
+
+    run_id: str
+    key: str | None  # the idempotency key (idempotent tools only)
+    tool: str
+
+
+_scope: contextvars.ContextVar[EffectScope | None] = contextvars.ContextVar(
+    "agentops_effect_scope", default=None)
+
+
+def current_effect() -> EffectScope | None:
+    """Inside a tool of a durable SDK agent: the run, the tool and its idempotency key."""
+    return _scope.get()
+
+
+def idempotency_key() -> str:
+    """The idempotency key of the tool call in progress (an idempotent tool's only)."""
+    scope = _scope.get()
+    if scope is None or scope.key is None:
+        raise RuntimeError("no idempotent tool call of a durable agent is in progress")
+    return scope.key
+
+
+class Bridge:
+    """One event loop per process for the SDKs' real I/O. Started on first use, and
+    again after a fork (a worker process forked from its parent has no loop thread)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = 0
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._pid != os.getpid():
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="agentops-sdk-loop",
+                                 daemon=True).start()
+                self._loop, self._pid = loop, os.getpid()
+            return self._loop
+
+    def run(self, make: Callable[[], Awaitable[Any]], scope: EffectScope | None = None):
+        """Run `make()` on the loop and wait for its result in this thread."""
+
+        async def scoped():
+            token = _scope.set(scope)
+            try:
+                return await make()
+            finally:
+                _scope.reset(token)
+
+        return asyncio.run_coroutine_threadsafe(scoped(), self.loop()).result()
+
+
+bridge = Bridge()
+
+
+class Turn:
+    """One step's calls into the engine, on the run's thread."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.interrupted: BaseException | None = None
+
+    def effect(self, name: str, make: Callable[[], Awaitable[Any]], args: tuple, *,
+               idempotent: bool, retry: Retry | None = None):
+        """`make()`'s result as a logged effect: replayed if this position is logged."""
+        if self.interrupted is not None:
+            raise self.interrupted
+        run_id = self.ctx.run_id
+
+        def call(*_args, idempotency_key=None):
+            return bridge.run(make, EffectScope(run_id, idempotency_key, name))
+
+        tool = Tool(call, idempotent=idempotent,
+                    retry=retry if retry is not None else (Retry() if idempotent else NO_RETRY),
+                    name=name)
+        return self.engine(self.ctx.call, tool, *args)
+
+    def engine(self, fn, *args, **kwargs):
+        """Call into the engine; keep what must end the step (anything but a tool's own
+        failure), so that the SDK cannot swallow it."""
+        if self.interrupted is not None:
+            raise self.interrupted
+        try:
+            with outside_the_loop():
+                return fn(*args, **kwargs)
+        except ToolFailedError:
+            raise
+        except BaseException as exc:
+            self.interrupted = exc
+            raise
+
+
+@contextlib.contextmanager
+def outside_the_loop():
+    """The engine's call, made synchronously from a coroutine on the step's loop, is a
+    plain blocking call of this thread: the loop waits for it and nothing else runs on
+    it. Django refuses database access from a thread whose loop is running (it cannot
+    know that), so the loop is set aside for the duration."""
+    loop = asyncio.events._get_running_loop()
+    asyncio.events._set_running_loop(None)
+    try:
+        yield
+    finally:
+        asyncio.events._set_running_loop(loop)
+
+
+def run_step(turn: Turn, coro):
+    """Run one step's SDK coroutine on an event loop of this thread."""
+    try:
+        result = asyncio.run(coro)
+    except BaseException:
+        if turn.interrupted is not None:
+            # its own cause kept: a StoreFailure's says why the store failed
+            raise turn.interrupted from turn.interrupted.__cause__
+        raise
+    if turn.interrupted is not None:
+        raise turn.interrupted
+    return result

@@ -1,0 +1,156 @@
+"""Parallel effects that replay deterministically: ctx.parallel and ctx.map.
+
+Every call of a group takes its position (branch, step, seq) when the group is
+asked for, in the order asked, before any of them runs; they then run in threads,
+at most `max_concurrency` at once, and each logs its outcome at its own position
+whenever it finishes. The results come back in the order asked. So a replay sees
+the same calls at the same positions whatever order they finished in: after a
+crash, the calls that finished replay their logged results, the unfinished
+idempotent ones are made again under their keys, the unfinished non-idempotent
+ones are in doubt (as for ctx.call).
+
+Each call's digest covers its place in the group (index and size), so a replay
+asking for a different set of calls (another item, another order, one more or one
+fewer) is a NonDeterminismError at the group's first position that differs.
+
+Outcomes: the group waits for every call it started. The engine's own stops win
+over the calls' results, in this order: a crash or store failure, a fenced write,
+a stop (pause, cancel, shutdown; calls not yet started are not started), an
+in-doubt call or a non-determinism, a durable retry wait (the earliest). Then a
+failed call raises its ToolFailedError (the first by position), unless
+`return_exceptions=True` puts the errors in the result list in their places.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import records as r
+from .errors import DurableError, FencedError, ToolFailedError
+from .registry import Tool
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .context import RunContext
+
+MAX_CONCURRENCY = 64
+GROUP_KEY = "__parallel__"
+
+
+@dataclass
+class Call:
+    """One call of a parallel group: `Call(tool, *args, **kwargs)`."""
+
+    tool: Tool
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+
+    def __init__(self, tool: Tool, *args, **kwargs):
+        self.tool, self.args, self.kwargs = tool, args, kwargs
+
+
+def as_call(spec) -> Call:
+    if isinstance(spec, Call):
+        return spec
+    if isinstance(spec, tuple) and spec and isinstance(spec[0], Tool):
+        return Call(spec[0], *spec[1:])
+    raise TypeError(f"ctx.parallel needs Call(tool, ...) or (tool, *args) items, got {spec!r}")
+
+
+def check_concurrency(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CONCURRENCY:
+        raise ValueError(f"max_concurrency must be an integer from 1 to {MAX_CONCURRENCY}, "
+                         f"not {value!r}")
+    return value
+
+
+def run_group(ctx: RunContext, specs, *, max_concurrency: int, return_exceptions: bool) -> list:
+    calls = [as_call(spec) for spec in specs]
+    limit = check_concurrency(max_concurrency)
+    if not calls:
+        return []
+    # Positions first, in the order asked: nothing has run yet.
+    planned = []
+    for index, call in enumerate(calls):
+        digest_kwargs = {**call.kwargs, GROUP_KEY: [index, len(calls)]}
+        position, recorded = ctx._next(r.CALL, call.tool.name, call.args, digest_kwargs)
+        planned.append((call, position, recorded, digest_kwargs))
+    outcomes: list[Any] = [None] * len(calls)
+    failures: dict[int, BaseException] = {}
+    abort = threading.Event()  # an engine stop: calls not started yet are not started
+    store = ctx._session.store
+
+    def one(index: int) -> None:
+        call, position, recorded, digest_kwargs = planned[index]
+        try:
+            if abort.is_set():
+                raise _NotStarted()
+            outcomes[index] = ctx._resolve(call.tool, position, recorded, call.args, call.kwargs,
+                                           digest_kwargs=digest_kwargs)
+        except ToolFailedError as exc:
+            failures[index] = exc
+        except _NotStarted as exc:
+            failures[index] = exc
+        except BaseException as exc:  # noqa: BLE001 - handed to the step's thread below
+            failures[index] = exc
+            abort.set()
+
+    fresh = []
+    for index, (_call, _position, recorded, _kw) in enumerate(planned):
+        if recorded is not None and recorded.status in (r.DONE, r.ERROR) and \
+                recorded.resolution != "retry":
+            one(index)  # logged: no thread needed
+        else:
+            fresh.append(index)
+    if fresh:
+        with ThreadPoolExecutor(max_workers=min(limit, len(fresh)),
+                                thread_name_prefix=f"parallel {ctx.run_id}") as pool:
+            for index in fresh:
+                pool.submit(_in_thread, store, one, index)
+    _raise_engine_stop(failures)
+    results = []
+    for index in range(len(calls)):
+        if index in failures:
+            if not return_exceptions:
+                raise failures[index]
+            results.append(failures[index])
+        else:
+            results.append(outcomes[index])
+    return results
+
+
+class _NotStarted(Exception):
+    """A call of the group that an engine stop kept from starting."""
+
+
+def _in_thread(store, fn, index: int) -> None:
+    try:
+        fn(index)
+    finally:
+        store.close_thread_resources()  # this thread will not be back
+
+
+def _raise_engine_stop(failures: dict[int, BaseException]) -> None:
+    from .context import Stop, Suspend
+
+    errors = [failures[i] for i in sorted(failures)]
+    calls_own = (ToolFailedError, _NotStarted)  # results of the calls, not engine stops
+    ranked = (
+        lambda e: not isinstance(e, Exception) and not isinstance(e, (Stop, Suspend)),
+        lambda e: isinstance(e, FencedError),
+        lambda e: isinstance(e, Stop),
+        lambda e: isinstance(e, DurableError) and not isinstance(e, calls_own),
+        lambda e: isinstance(e, Exception) and not isinstance(e, calls_own),
+    )
+    for matches in ranked:
+        for error in errors:
+            if matches(error):
+                raise error
+    waits = [e for e in errors if isinstance(e, Suspend)]
+    if waits:
+        first = min(waits, key=lambda s: s.wake_at if s.wake_at is not None else float("inf"))
+        raise Suspend(wake_at=first.wake_at, reason=first.reason,
+                      records=[rec for s in waits for rec in s.records],
+                      events=[ev for s in waits for ev in s.events])

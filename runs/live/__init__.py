@@ -1,0 +1,1 @@
+"""The live layer: websocket consumers and the wake-ups workers send them."""

@@ -1,0 +1,33 @@
+"""Display helpers for the operator pages."""
+
+from django import template
+
+from runs.operator.forms import RunActionForm
+from runs.web.views.present import STATUS_LABELS
+
+register = template.Library()
+
+
+@register.filter
+def action_confirm(action: str) -> str:
+    """The question to ask before `action`, or "" for an action that needs none."""
+    return RunActionForm.CONFIRM.get(action, "")
+
+
+@register.filter
+def audit_change(entry) -> str:
+    """What an operator action changed, from its audit entry's before and after: a pause
+    of a running run changes its control, not its status, and says so."""
+    before, after = entry.before or {}, entry.after or {}
+    label = STATUS_LABELS.get(after.get("status"), after.get("status", "?"))
+    if before.get("status") != after.get("status"):
+        parts = [f"{STATUS_LABELS.get(before.get('status'), before.get('status', '?'))} → {label}"]
+    elif after.get("control") and after.get("control") != before.get("control"):
+        parts = [f"{label}, {after['control']} requested"]
+    elif before.get("control") and not after.get("control"):
+        parts = [f"{label}, {before['control']} withdrawn"]
+    else:
+        parts = [f"still {label}"]
+    if before.get("branch") != after.get("branch"):
+        parts.append(f"branch {before.get('branch')} → {after.get('branch')}")
+    return ", ".join(parts)

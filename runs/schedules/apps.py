@@ -1,0 +1,8 @@
+from django.apps import AppConfig
+
+
+class SchedulesConfig(AppConfig):
+    name = "runs.schedules"
+    label = "schedules"
+    verbose_name = "Schedules"
+    default_auto_field = "django.db.models.BigAutoField"

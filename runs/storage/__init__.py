@@ -1,0 +1,19 @@
+"""Storage: the Django implementations of the engine's store protocol and checkpoint retention.
+
+`database_store()` is how the rest of the project gets a store: PgStore on PostgreSQL
+(its frequent writes are single statements), OrmStore on any other database. The
+choice is made here, once, when the store is built; no method asks which database
+it runs on.
+"""
+
+from __future__ import annotations
+
+from django.db import DEFAULT_DB_ALIAS, connections
+
+
+def database_store(notify=None):
+    from runs.storage.orm import OrmStore
+    from runs.storage.pg import PgStore
+
+    vendor = connections[DEFAULT_DB_ALIAS].vendor
+    return (PgStore if vendor == "postgresql" else OrmStore)(notify=notify)

@@ -1,0 +1,1 @@
+"""The user pages: views, forms, URLs and the guards on untrusted input."""

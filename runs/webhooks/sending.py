@@ -1,0 +1,90 @@
+"""One attempt of a delivery: sign it (Standard Webhooks, with the standardwebhooks
+library), POST it, record the attempt and its answer, and say whether it is worth
+trying again. The retrying itself is the engine's (agents.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+
+import httpx
+from django.conf import settings
+from django.db.models import F
+from django.utils import timezone
+from standardwebhooks.webhooks import Webhook
+
+from runs.durable import PermanentToolError, TransientToolError
+
+from .addresses import AddressRefused, check_resolved
+from .models import Attempt, Delivery, DeliveryStatus
+
+BODY_CLIP = 2000
+USER_AGENT = "agentops-webhooks/1"
+
+
+class DeliveryRefused(PermanentToolError):
+    """The subscription's URL may not receive webhooks (addresses.py); never retried."""
+
+
+class EndpointFailed(TransientToolError):
+    """No 2xx from the endpoint: tried again under the delivery's retry policy."""
+
+
+def signed_headers(delivery: Delivery, body: str, now: datetime) -> dict:
+    signature = Webhook(delivery.subscription.secret).sign(delivery.msg_id, now, body)
+    return {"webhook-id": delivery.msg_id, "webhook-timestamp": str(int(now.timestamp())),
+            "webhook-signature": signature, "content-type": "application/json",
+            "user-agent": USER_AGENT}
+
+
+def attempt(delivery_id: int) -> dict:
+    delivery = Delivery.objects.select_related("subscription").get(pk=delivery_id)
+    if delivery.status != DeliveryStatus.PENDING:
+        return {"status": delivery.status, "already": True}
+    Delivery.objects.filter(pk=delivery_id).update(attempts=F("attempts") + 1)
+    number = Delivery.objects.values_list("attempts", flat=True).get(pk=delivery_id)
+    row = Attempt(delivery_id=delivery_id, number=number, started_at=timezone.now())
+    url = delivery.subscription.url
+    body = json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True)
+    started = time.monotonic()
+    try:
+        check_resolved(url)
+        # a fresh timestamp each attempt: receivers refuse old ones (replay protection)
+        headers = signed_headers(delivery, body, datetime.now(UTC))
+        response = httpx.post(url, content=body.encode(), headers=headers,
+                              timeout=settings.WEBHOOKS["TIMEOUT"], follow_redirects=False)
+    except AddressRefused as exc:
+        _finish(row, started, error=str(exc))
+        raise DeliveryRefused(str(exc)) from None
+    except (httpx.HTTPError, OSError) as exc:
+        _finish(row, started, error=f"{type(exc).__name__}: {exc}")
+        raise EndpointFailed(f"{type(exc).__name__}: {exc}") from None
+    _finish(row, started, status=response.status_code, body=response.text)
+    if 200 <= response.status_code < 300:
+        Delivery.objects.filter(pk=delivery_id).update(status=DeliveryStatus.DELIVERED,
+                                                       finished_at=timezone.now())
+        return {"status_code": response.status_code, "attempt": number}
+    raise EndpointFailed(f"HTTP {response.status_code} from the endpoint",
+                         retry_after=_retry_after(response))
+
+
+def give_up(delivery_id: int, reason: str) -> None:
+    Delivery.objects.filter(pk=delivery_id, status=DeliveryStatus.PENDING).update(
+        status=DeliveryStatus.FAILED, finished_at=timezone.now())
+
+
+def _finish(row: Attempt, started: float, *, status=None, body="", error="") -> None:
+    row.duration_ms = (time.monotonic() - started) * 1000
+    row.status_code = status
+    row.response_body = body[:BODY_CLIP]
+    row.error = error[:500]
+    row.save()
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after", "").strip()
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None

@@ -1,0 +1,166 @@
+"""Database connections in worker processes that hold many runs in threads.
+
+A thread of Django has a connection of its own; with hundreds of runs a process
+that would be hundreds of PostgreSQL connections (max_connections is 100 by
+default), most of them idle while tools wait on the network. Instead each
+worker process gets a small psycopg pool, created after the fork (a pool
+inherited across fork is shared by parent and child), and a run's
+thread holds a connection only while it talks to the database: the store is
+wrapped so that every call hands the connection back to the pool.
+
+SQLite has no pool: each thread keeps its own connection (a file handle).
+
+Connection faults (a terminated backend, a database restart) are survived: the
+pool checks a connection before handing it out (CONN_HEALTH_CHECKS), and a run
+whose store call failed waits here for the database to answer and takes itself
+back (runs/durable/executor.py, `reconnect`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, connection, connections
+
+logger = logging.getLogger("agentops.db")
+
+# What a lost connection, a restarting or unreachable database raise (a pool that
+# cannot hand out a connection in time raises OperationalError too).
+DATABASE_FAULTS = (OperationalError, InterfaceError)
+RECONNECT_FIRST_DELAY = 0.05
+RECONNECT_MAX_DELAY = 1.0
+
+# Connections inherited from the parent at fork: closing them would end the
+# parent's session on the shared socket, dropping them would let the garbage
+# collector do the same. They are kept, unused, for the life of the process.
+_inherited = []
+
+
+def use_pool_in_this_process() -> bool:
+    """Switch this (freshly forked) worker process to a pool of its own."""
+    size = settings.AGENTOPS["WORKER_DB_POOL_SIZE"]
+    db = connections.settings["default"]
+    if db["ENGINE"] != "django.db.backends.postgresql" or size <= 0:
+        return False
+    wrapper = connections["default"]
+    if wrapper.connection is not None:
+        _inherited.append(wrapper.connection)
+        wrapper.connection = None
+    # Every thread's wrapper reads this same dict, so the pool is process-wide.
+    db["OPTIONS"] = {**db.get("OPTIONS", {}), "pool": {
+        "min_size": min(2, size), "max_size": size,
+        "timeout": settings.AGENTOPS["WORKER_DB_POOL_TIMEOUT"],
+        "reconnect_timeout": settings.AGENTOPS["DB_POOL_RECONNECT_SECONDS"]}}
+    db["CONN_MAX_AGE"] = 0  # Django refuses persistent connections with a pool
+    return True
+
+
+def pooled() -> bool:
+    return bool(connection.settings_dict.get("OPTIONS", {}).get("pool"))
+
+
+def release_connection() -> None:
+    """Give this thread's connection back to the pool (outside a transaction)."""
+    if pooled() and not connection.in_atomic_block:
+        connection.close()
+
+
+class ReleasingStore:
+    """The store, with the thread's connection back in the pool after every call:
+    a run holds a connection while it commits, never while its tool waits. Every
+    method of the Store protocol (runs/durable/store.py), each by name."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    @contextlib.contextmanager
+    def _released(self):
+        try:
+            yield
+        finally:
+            release_connection()
+
+    def create_run(self, run):
+        with self._released():
+            return self._inner.create_run(run)
+
+    def get(self, run_id):
+        with self._released():
+            return self._inner.get(run_id)
+
+    def children(self, run_id, *, active_only=False):
+        with self._released():
+            return self._inner.children(run_id, active_only=active_only)
+
+    def load(self, run_id):
+        with self._released():
+            return self._inner.load(run_id)
+
+    def claim(self, run_id, owner, lease_seconds, now):
+        with self._released():
+            return self._inner.claim(run_id, owner, lease_seconds, now)
+
+    def commit(self, run_id, epoch, commit):
+        with self._released():
+            return self._inner.commit(run_id, epoch, commit)
+
+    def renew(self, run_id, epoch, lease_expires_at):
+        with self._released():
+            return self._inner.renew(run_id, epoch, lease_expires_at)
+
+    def renew_leases(self, leases, lease_expires_at):
+        with self._released():
+            return self._inner.renew_leases(leases, lease_expires_at)
+
+    def live_leases(self, owner_prefix, now):
+        with self._released():
+            return self._inner.live_leases(owner_prefix, now)
+
+    def due_runs(self, now, limit=100, *, exclude=()):
+        with self._released():
+            return self._inner.due_runs(now, limit, exclude=exclude)
+
+    def history(self, run_id, query=None):
+        with self._released():
+            return self._inner.history(run_id, query)
+
+    def close_thread_resources(self):
+        self._inner.close_thread_resources()
+
+
+def wait_for_database(error: BaseException, stop: threading.Event) -> bool:
+    """After `error`, True once the database answers again on a fresh connection.
+
+    False for an error that is not a connection fault (a bug stays a failure), and
+    once `stop` is set: a stopping worker leaves the run to its lease and the sweep.
+    """
+    if not isinstance(error, DATABASE_FAULTS):
+        return False
+    delay = RECONNECT_FIRST_DELAY
+    while not stop.is_set():
+        try:
+            connection.close()  # the broken one: back to the pool, which drops it
+            _drop_dead_pooled_connections()
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            return True
+        except DATABASE_FAULTS as exc:
+            logger.warning("database not answering yet (%s); retrying in %.2f s", exc, delay)
+            stop.wait(delay)
+            delay = min(delay * 2, RECONNECT_MAX_DELAY)
+        finally:
+            release_connection()
+    return False
+
+
+def _drop_dead_pooled_connections() -> None:
+    """The pool's idle connections likely died with the one that failed (a restart,
+    pg_terminate_backend). The pool finds a dead one only when it is about to hand
+    it out, and then sleeps before the next try (1 s, then 2 s...): checking them
+    all now spares every thread of this process that wait."""
+    pool = connection.pool if pooled() else None
+    if pool is not None:
+        pool.check()

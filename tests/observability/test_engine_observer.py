@@ -1,0 +1,281 @@
+"""The observer on the engine, in one process (MemoryStore, the SDK's in-memory
+exporter): one trace per run from the launching request's context, a claim span per
+claim, step and effect spans with tool, key, attempt and replayed, metrics counted,
+and every log line inside a run carrying its context."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import time
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import REGISTRY
+
+from runs.durable import (
+    Agent,
+    AgentRegistry,
+    Done,
+    Outcome,
+    WorkerConfig,
+    agent,
+    control,
+    execute_run,
+    observe,
+    tool,
+)
+from runs.durable.memory import MemoryStore
+from runs.observability import logs, tracing
+from runs.observability.links import MemoryTraceLinks
+from runs.observability.observer import install
+from tests.support.processes import wait_until
+
+REG = AgentRegistry()
+WORLD = {"die_in": None, "headers": [], "lines": []}
+log = logging.getLogger("agentops.engine.test")
+
+
+class WorkerDied(BaseException):
+    """What a SIGKILL looks like from inside: nothing after it runs in this attempt."""
+
+
+@tool(idempotent=True)
+def fetch(i, *, idempotency_key):
+    WORLD["headers"].append((i, tracing.downstream_headers()))
+    log.info("fetching %s", i)
+    return i * 2
+
+
+@tool(idempotent=True)
+def risky(*, idempotency_key):
+    if WORLD["die_in"] == "risky":
+        WORLD["die_in"] = None
+        raise WorkerDied()
+    return "ok"
+
+
+@tool(idempotent=True, meter=lambda result, arguments: {
+    "model": "scripted", "prompt_tokens": 7, "completion_tokens": result})
+def think(n, *, idempotency_key):
+    return n
+
+
+@agent("metered", registry=REG)
+class Metered(Agent):
+    """Two model calls in one step, then a call that may die: a replay of the step
+    answers both model calls from the log."""
+
+    def start(self, inputs):
+        return {}
+
+    def step(self, ctx, state):
+        ctx.call(think, 3)
+        ctx.call(think, 5)
+        ctx.call(risky)
+        return Done({"ok": True})
+
+
+@agent("observed", registry=REG)
+class Observed(Agent):
+    def start(self, inputs):
+        return {"i": 0}
+
+    def step(self, ctx, state):
+        state["i"] += 1
+        ctx.call(fetch, state["i"])
+        if state["i"] < 2:
+            return state
+        ctx.call(risky)
+        return Done({"ok": True})
+
+
+@pytest.fixture
+def traced():
+    exporter = InMemorySpanExporter()
+    previous = observe.current()
+    tracing.use(SimpleSpanProcessor(exporter))
+    links = MemoryTraceLinks()
+    install(links=links)
+    WORLD.update(die_in=None, headers=[])
+    yield exporter, links
+    tracing.off()
+    observe.install(previous)
+
+
+def value(name, **labels):
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def run_until_claimed(store, run_id, config):
+    return wait_until(lambda: (o := execute_run(store, run_id, config, registry=REG))
+                      != Outcome.NOT_CLAIMED and o, 10, message="the lease to run out")
+
+
+def test_one_trace_across_a_crash_with_both_claims_and_the_replayed_effect_marked(traced):
+    exporter, links = traced
+    store = MemoryStore()
+    caller = trace.get_tracer("caller", tracer_provider=tracing._state["provider"])
+    with caller.start_as_current_span("POST /launch/observed/") as request_span:
+        run = control.launch(store, agent="observed", inputs={}, registry=REG)
+    caller_trace = request_span.get_span_context().trace_id
+    assert links.get(run.id).split("-")[1] == f"{caller_trace:032x}"
+
+    before = {"takeovers": value("agentops_lease_takeovers_total", agent="observed"),
+              "replayed": value("agentops_effects_replayed_total", tool=fetch.name),
+              "succeeded": value("agentops_run_sessions_total", agent="observed",
+                                 outcome="succeeded")}
+    config = WorkerConfig(owner="host:1:first", lease_seconds=0.2, slice_seconds=60)
+    WORLD["die_in"] = "risky"
+    with pytest.raises(WorkerDied):
+        execute_run(store, run.id, config, registry=REG)
+    outcome = run_until_claimed(store, run.id, WorkerConfig(owner="host:2:second",
+                                                            lease_seconds=5, slice_seconds=60))
+    assert outcome == Outcome.SUCCEEDED
+
+    spans = exporter.get_finished_spans()
+    assert {s.context.trace_id for s in spans} == {caller_trace}, "one trace, the caller's"
+    claims = sorted((s for s in spans if s.name == "claim observed"),
+                    key=lambda s: s.attributes["agentops.epoch"])
+    assert [(c.attributes["agentops.epoch"], c.attributes["agentops.takeover"],
+             c.attributes["agentops.worker"]) for c in claims] == [
+        (1, False, "host:1:first"), (2, True, "host:2:second")]
+    launch = next(s for s in spans if s.name == "launch observed")
+    assert launch.parent.span_id == request_span.get_span_context().span_id
+    assert all(c.parent.span_id == launch.context.span_id for c in claims)
+
+    steps = {s.context.span_id: s for s in spans if s.name.startswith("step ")}
+    by_claim = {c.context.span_id: c.attributes["agentops.epoch"] for c in claims}
+    fetches = [s for s in spans if s.name == fetch.name]
+    # step 1 ran once; step 2 ran, died in `risky`, and was replayed by the next claim
+    seen = sorted((s.attributes["agentops.step"],
+                   by_claim[steps[s.parent.span_id].parent.span_id],
+                   s.attributes["agentops.effect.replayed"]) for s in fetches)
+    assert seen == [(1, 1, False), (2, 1, False), (2, 2, True)]
+    for span in fetches:
+        assert span.attributes["agentops.effect.key"] == \
+            f"{run.id}:1:{span.attributes['agentops.step']}:0"
+        assert span.attributes["agentops.effect.attempt"] == 1
+    replaying = {(by_claim[s.parent.span_id], s.attributes["agentops.step"]):
+                 s.attributes["agentops.replaying"] for s in steps.values()}
+    assert replaying == {(1, 1): False, (1, 2): False, (2, 2): True}
+    risky_spans = sorted((by_claim[steps[s.parent.span_id].parent.span_id],
+                          s.attributes["agentops.effect.outcome"])
+                         for s in spans if s.name == risky.name)
+    assert risky_spans == [(1, "stopped"), (2, "done")]
+
+    # the tool saw its own span as the downstream parent (one call per real fetch)
+    fetch_ids = {s.attributes["agentops.step"]: s for s in fetches
+                 if not s.attributes["agentops.effect.replayed"]}
+    assert [i for i, _ in WORLD["headers"]] == [1, 2]
+    for i, headers in WORLD["headers"]:
+        _, trace_id, parent_id, _ = headers["traceparent"].split("-")
+        assert trace_id == f"{caller_trace:032x}"
+        assert parent_id == f"{fetch_ids[i].context.span_id:016x}"
+
+    assert value("agentops_lease_takeovers_total", agent="observed") - before["takeovers"] == 1
+    assert value("agentops_effects_replayed_total", tool=fetch.name) - before["replayed"] == 1
+    assert value("agentops_run_sessions_total", agent="observed", outcome="succeeded") \
+        - before["succeeded"] == 1
+
+
+def test_a_run_launched_without_a_trace_gets_one_of_its_own(traced):
+    exporter, links = traced
+    store = MemoryStore()
+    first = control.launch(store, agent="observed", inputs={}, registry=REG)
+    second = control.launch(store, agent="observed", inputs={}, registry=REG)
+    for run in (first, second):
+        assert execute_run(store, run.id, WorkerConfig(owner="w"), registry=REG) == "succeeded"
+    spans = exporter.get_finished_spans()
+    traces = {s.attributes["agentops.run.id"]: s.context.trace_id for s in spans
+              if s.name == "claim observed"}
+    assert len(set(traces.values())) == 2
+    for span in spans:
+        assert span.context.trace_id == traces[span.attributes["agentops.run.id"]]
+
+
+def test_tracing_off_makes_no_spans_and_sends_no_traceparent():
+    assert tracing.tracer() is None or not tracing.endpoint_configured()
+    tracing.off()
+    store = MemoryStore()
+    WORLD.update(die_in=None, headers=[])
+    run = control.launch(store, agent="observed", inputs={}, registry=REG)
+    assert execute_run(store, run.id, WorkerConfig(owner="w"), registry=REG) == "succeeded"
+    assert [headers for _, headers in WORLD["headers"]] == [{}, {}]
+
+
+def test_every_log_line_inside_a_run_carries_its_run_step_effect_and_worker():
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(logs.ContextFilter())
+    handler.setFormatter(logs.JsonFormatter())
+    engine = logging.getLogger("agentops")
+    engine.addHandler(handler)
+    try:
+        store = MemoryStore()
+        WORLD.update(die_in=None, headers=[])
+        run = control.launch(store, agent="observed", inputs={}, registry=REG)
+        assert execute_run(store, run.id, WorkerConfig(owner="host:9:tok"),
+                           registry=REG) == "succeeded"
+        log.info("after the run")
+    finally:
+        engine.removeHandler(handler)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    inside = [line for line in lines if line["message"].startswith("fetching")]
+    assert [(line["run_id"], line["branch"], line["step"], line["effect_key"], line["worker"])
+            for line in inside] == [(run.id, 1, 1, f"{run.id}:1:1:0", "host:9:tok"),
+                                    (run.id, 1, 2, f"{run.id}:1:2:0", "host:9:tok")]
+    after = next(line for line in lines if line["message"] == "after the run")
+    assert after["run_id"] is None and after["step"] is None and after["effect_key"] is None
+    assert after["worker"].endswith(f":{__import__('os').getpid()}")
+    assert set(logs.FIELDS) <= set(after)
+
+
+def test_the_text_format_for_people_shows_the_context_after_the_message():
+    record = logging.LogRecord("agentops.worker", logging.INFO, __file__, 1, "run %s handed off",
+                               ("abc",), None)
+    record.run_id, record.step = "abc", 3
+    logs.ContextFilter().filter(record)
+    text = logs.TextFormatter().format(record)
+    assert text.endswith("run abc handed off [run_id=abc step=3]")
+    assert time.strftime("%Y") in text
+
+
+def test_the_engine_imports_neither_django_nor_prometheus_nor_opentelemetry():
+    import subprocess
+    import sys
+
+    from tests.support.processes import ROOT
+
+    probe = ("import sys, runs.durable, runs.durable.observe, runs.durable.memory; "
+             "print(sorted({m.split('.')[0] for m in sys.modules} & "
+             "{'django', 'prometheus_client', 'opentelemetry'}))")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, text=True,
+                         capture_output=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_tokens_and_cost_are_counted_once_per_logged_call_across_a_crash(traced):
+    store = MemoryStore()
+    run = control.launch(store, agent="metered", inputs={}, registry=REG)
+    labels = {"agent": "metered", "model": "scripted"}
+    before = {"input": value("agentops_tokens_total", kind="input", **labels),
+              "output": value("agentops_tokens_total", kind="output", **labels),
+              "cost": value("agentops_cost_usd_total", **labels)}
+    price = lambda model, prompt, completion: (prompt + 2 * completion) / 1000  # noqa: E731
+    WORLD["die_in"] = "risky"
+    with pytest.raises(WorkerDied):
+        execute_run(store, run.id, WorkerConfig(owner="host:1:first", lease_seconds=0.2,
+                                                slice_seconds=60, price=price), registry=REG)
+    outcome = run_until_claimed(store, run.id, WorkerConfig(
+        owner="host:2:second", lease_seconds=5, slice_seconds=60, price=price))
+    assert outcome == Outcome.SUCCEEDED
+    # both calls were logged by the first claim and replayed by the second: once each
+    assert value("agentops_tokens_total", kind="input", **labels) - before["input"] == 14
+    assert value("agentops_tokens_total", kind="output", **labels) - before["output"] == 8
+    assert value("agentops_cost_usd_total", **labels) - before["cost"] == pytest.approx(0.030)
+    assert store.get(run.id).usage["cost"] == pytest.approx(0.030)  # what the ledger says

@@ -1,0 +1,110 @@
+"""An OTLP/HTTP trace collector in the test process, for the spans of real workers.
+
+Worker processes export with the real exporter (OTEL_EXPORTER_OTLP_ENDPOINT pointed
+here); the collector decodes what arrives with the protocol's own messages. It is
+also a downstream HTTP target: requests to /downstream/... are answered and their
+headers kept, so a test sees the traceparent a tool sent.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+
+def _value(any_value):
+    kind = any_value.WhichOneof("value")
+    return getattr(any_value, kind) if kind else None
+
+
+class Collector:
+    def __init__(self):
+        self.spans: list[dict] = []
+        self.downstream: list[dict] = []
+        self._lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def snapshot(self) -> list[dict]:
+        with self._lock:
+            return list(self.spans)
+
+    def received_headers(self) -> list[dict]:
+        with self._lock:
+            return list(self.downstream)
+
+    def _keep(self, body: bytes) -> None:
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        spans = []
+        for resource_spans in request.resource_spans:
+            resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    spans.append({
+                        "trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(),
+                        "parent_id": span.parent_span_id.hex(), "name": span.name,
+                        "start": span.start_time_unix_nano, "end": span.end_time_unix_nano,
+                        "attributes": {a.key: _value(a.value) for a in span.attributes},
+                        "events": [e.name for e in span.events],
+                        "pid": resource.get("process.pid"), "resource": resource})
+        with self._lock:
+            self.spans.extend(spans)
+
+    def _handler(self):
+        collector = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length", 0))
+                body = self.rfile.read(length)
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                if self.path == "/v1/traces":
+                    collector._keep(body)
+                    self._answer(ExportTraceServiceResponse().SerializeToString(),
+                                 "application/x-protobuf")
+                elif self.path.startswith("/downstream/"):
+                    with collector._lock:
+                        collector.downstream.append({k.lower(): v for k, v in self.headers.items()})
+                    self._answer(json.dumps({"id": len(collector.downstream)}).encode(),
+                                 "application/json")
+                else:
+                    self.send_error(404)
+
+            def _answer(self, body: bytes, content_type: str):
+                self.send_response(200)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        return Handler
+
+
+if __name__ == "__main__":  # a collector in a process of its own: prints its URL, serves
+    import sys
+
+    collector = Collector()
+    print(collector.url, flush=True)
+    try:
+        sys.stdin.read()  # until the parent closes our stdin
+    finally:
+        collector.close()

@@ -329,24 +329,24 @@ class RunSession:
 
     def _attention(self, kind: str, message: str, details: dict) -> str:
         attention = {"kind": kind, "message": message, **details}
-        self._commit(r.Commit(
+        result = self._commit(r.Commit(
             run={"status": r.NEEDS_ATTENTION, "attention": attention, "suspended_at": time.time(),
                  "crash_count": details.get("crashes", 0)},
             events=[events.status(r.NEEDS_ATTENTION, reason=message, kind=kind)],
             release=True))
         self.observed.attention(kind)
-        return Outcome.NEEDS_ATTENTION
+        return self._late_control(result, r.NEEDS_ATTENTION) or Outcome.NEEDS_ATTENTION
 
     def _suspend(self, suspend: Suspend, dirty_state, step_no: int) -> str:
         for record in suspend.records:
             self._buffer.append(record)
         self._events.extend(suspend.events)
-        self._commit(r.Commit(
+        result = self._commit(r.Commit(
             run={"status": r.WAITING, "wake_at": suspend.wake_at, "suspended_at": time.time(),
                  "attention": {"kind": "waiting", **suspend.reason}},
             events=[events.status(r.WAITING, **suspend.reason)], release=True))
         self.observed.waiting(suspend.reason.get("kind", "timer"))
-        return Outcome.WAITING
+        return self._late_control(result, r.WAITING) or Outcome.WAITING
 
     def _hold(self, hold: Hold, step_no: int) -> str:
         """A gate held the next call (runs/durable/gates.py): give the worker up, with
@@ -354,13 +354,30 @@ class RunSession:
         status = r.WAITING if hold.wait else r.NEEDS_ATTENTION
         attention = {**hold.details, "kind": hold.kind, "message": hold.message,
                      "step_no": step_no + 1}
-        self._commit(r.Commit(
+        result = self._commit(r.Commit(
             run={"status": status, "attention": attention, "suspended_at": time.time(),
                  "wake_at": hold.wake_at if hold.wait else None},
             events=[events.status(status, reason=hold.message, kind=hold.kind)], release=True))
-        return Outcome.WAITING if hold.wait else Outcome.NEEDS_ATTENTION
+        return self._late_control(result, status) or \
+            (Outcome.WAITING if hold.wait else Outcome.NEEDS_ATTENTION)
 
-    def _stop(self, why: str, dirty_state, step_no: int = 0) -> str:
+    def _late_control(self, released: r.CommitResult, status: str) -> str | None:
+        """An operator's pause or cancel that landed after this worker last looked and
+        before it released the run into `status`: the operator acted on a running run,
+        so the request waited for a boundary that will not come until the run wakes
+        (an hour's timer, a person's answer). Carry it out now, as pause and cancel do
+        to a run that is already waiting (control.pause, control.cancel); None if there
+        was none, or the run has moved on (claimed again, acted on: fenced)."""
+        wanted = released.control
+        if not (wanted == r.CANCEL or (wanted == r.PAUSE and status == r.WAITING)):
+            return None
+        try:
+            return self._stop(wanted, None, expect_status=status)
+        except FencedError:
+            return None
+
+    def _stop(self, why: str, dirty_state, step_no: int = 0, *,
+              expect_status: str | None = None) -> str:
         if why == "fenced":
             return Outcome.FENCED
         if dirty_state is not None:
@@ -375,11 +392,13 @@ class RunSession:
         # control as it is: an operator's cancel may have landed since it was last read.
         update = {"status": status, "control": None} if why in (r.PAUSE, r.CANCEL) else \
             {"status": status}
+        if why == r.CANCEL:
+            update.update(attention=None, wake_at=None)  # what it waited for is over
         if why != "slice":
             update["suspended_at"] = time.time()
         faults.hit("before_release", self.run.agent)
         self._commit(r.Commit(run=update, events=[events.status(status, reason=why)],
-                              release=True))
+                              release=True, expect_status=expect_status))
         if why == r.CANCEL:
             # The operator's cancel cascaded to the children it found; one spawned
             # before this run saw the cancel is cancelled here (docs/children.md).

@@ -780,6 +780,21 @@ class StoreContract:
         assert self.execute(store, run.id) == Outcome.SUCCEEDED
         assert WORLD.calls["echo"] == 2
 
+    @pytest.mark.parametrize("act, status", [("cancel", r.CANCELLED), ("pause", r.PAUSED)])
+    def test_a_pause_or_cancel_landing_as_the_run_goes_to_sleep_is_carried_out(
+            self, store, clock, act, status):
+        # The operator saw the run running (so the request waits for its next boundary)
+        # and the worker, not having seen it, committed its wait: the request must not
+        # sleep with the run until the timer fires.
+        run = self.launch(store, "sleeper", {"seconds": 3600})
+        late = _ControlBeforeWait(store, act)
+        assert self.execute(late, run.id) == status
+        after = store.load(run.id).run
+        assert (after.status, after.control, after.lease_owner) == (status, None, None)
+        if act == "pause":
+            control.resume(store, run.id, actor="op", registry=REG)
+            assert self.execute(store, run.id) == Outcome.WAITING  # the timer kept
+
     def test_pausing_a_run_waiting_for_input_keeps_its_question(self, store):
         run = self.launch(store, "asker")
         self.execute(store, run.id)
@@ -1510,6 +1525,23 @@ class _CancelAfterClaim:
         if claimed is not None:
             control.cancel(self._store, run_id, actor="op", reason="just after the claim")
         return claimed
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+class _ControlBeforeWait:
+    """The store, with an operator's pause or cancel landing just before the run's
+    first commit that releases it into a wait (the operator saw it running)."""
+
+    def __init__(self, store, act):
+        self._store, self._act, self._done = store, act, False
+
+    def commit(self, run_id, epoch, commit):
+        if not self._done and commit.release and commit.run.get("status") == r.WAITING:
+            self._done = True
+            getattr(control, self._act)(self._store, run_id, actor="op", reason="late")
+        return self._store.commit(run_id, epoch, commit)
 
     def __getattr__(self, name):
         return getattr(self._store, name)

@@ -56,6 +56,9 @@ def wait_for_dom_seq(page, seq: int, timeout: float = 15) -> None:
         timeout=timeout * 1000)
 
 
+STEPS = 80
+
+
 def launch_neighbours(user) -> list[str]:
     """A short ticker, a run that waits for its user, and a cancelled one."""
     short = services.run_launch(user=user, agent="ticker", inputs={"steps": 5, "delay": 0.05})
@@ -75,7 +78,7 @@ def test_launch_watch_leave_rejoin_and_survive_a_daphne_restart(users, server, s
 
     # launch from the form built from the schema
     page.goto(f"{server.url}/launch/ticker/")
-    page.fill("#id_steps", "60")
+    page.fill("#id_steps", str(STEPS))
     page.fill("#id_delay", "0.35")
     page.click(".launch-form button[type=submit]")
     page.wait_for_url(RUN_URL)
@@ -124,6 +127,9 @@ def test_launch_watch_leave_rejoin_and_survive_a_daphne_restart(users, server, s
     listing.wait_for_selector(f"#run-row-{others[1]} .status-waiting")
     screenshot(listing, "run-list")
     listing.close()
+    # Held while Daphne stops, so that it is still running when it is down however slow
+    # the steps before were (a loaded machine had it finish first).
+    services.run_pause(run_id=run_id, user=users["alice"], reason="held for the restart")
 
     # restart Daphne under the open page: it is told the server restarts (not a dropped
     # connection), shows it is reconnecting, then catches up
@@ -134,6 +140,7 @@ def test_launch_watch_leave_rejoin_and_survive_a_daphne_restart(users, server, s
         str(CLOSE_SERVICE_RESTART)
     assert "server restarting" in page.inner_text("#live-indicator")
     while_down = Run.objects.get(pk=run_id).event_seq
+    services.run_resume(run_id=run_id, user=users["alice"], reason="Daphne is down")
     wait_until(lambda: Run.objects.get(pk=run_id).event_seq > while_down + 3, 20,
                message="events while Daphne is down")
     missed = Run.objects.get(pk=run_id).event_seq
@@ -146,13 +153,13 @@ def test_launch_watch_leave_rejoin_and_survive_a_daphne_restart(users, server, s
         # the end: the output, and every event exactly once
         page.wait_for_selector("#run-status .status-succeeded", timeout=60_000)
         page.wait_for_selector("#panel-output:not([hidden]) .kv", timeout=10_000)
-        assert "60" in page.inner_text("#output-rendered")
+        assert str(STEPS) in page.inner_text("#output-rendered")
         final = Run.objects.get(pk=run_id)
         wait_for_dom_seq(page, final.event_seq)
         assert dom_events(page) == db_events(run_id)
-        assert page.inner_text("#run-progress-counts") == "60 / 60"
+        assert page.inner_text("#run-progress-counts") == f"{STEPS} / {STEPS}"
         page.wait_for_function("() => document.querySelectorAll('#panel-timeline .mark').length"
-                               " >= 60")
+                               f" >= {STEPS}")
         mark = page.locator("#panel-timeline .mark").nth(10)
         number = int(mark.get_attribute("data-checkpoint"))
         mark.click()

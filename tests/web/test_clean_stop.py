@@ -16,7 +16,9 @@ from tests.support.processes import Server
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
-STOP_WITHIN_SECONDS = 3.0
+# Without the shutdown trigger (runs/live/shutdown.py) Daphne does not exit at all; a
+# loaded CI machine once needed more than 3 s for a clean stop.
+STOP_WITHIN_SECONDS = 20.0
 
 
 def test_sigterm_closes_open_sockets_with_the_restart_code(users, tmp_path):

@@ -92,25 +92,28 @@ def heartbeat_is_truthful(cluster, dead: list[int]) -> bool:
     return listed_alive == truth and not anywhere & set(dead)
 
 
-@pytest.mark.parametrize("phase", ["mid_run", "idle"])
 @pytest.mark.parametrize("target", ["one_worker", "all_workers", "sentinel", "monitor",
                                     "pusher", "main", "everything"])
-def test_any_process_killed_loses_and_repeats_nothing(target, phase, server, start_cluster):
+def test_any_process_killed_loses_and_repeats_nothing(target, server, start_cluster):
+    # Twice on one tree: first while runs are in progress, then, once the tree is whole
+    # again, while it is idle (runs launched after the kill): the healed tree must heal
+    # again.
     cluster = start_cluster(workers=2, supervised=True, **sandbox_env(server))
     wait_until(cluster.tree_ready, 30, message="a whole, idle worker tree")
-    run_ids = launch_steps(2, steps=STEPS, delay=0.1) if phase == "mid_run" else []
-    if run_ids:
-        wait_until(lambda: holder_pid(run_ids[0]) in cluster.worker_pids(), 20,
-                   message="a worker to hold the run")
-    killed = victims(cluster, target, run_ids[0] if run_ids else None)
-    for pid in killed:
-        os.kill(pid, signal.SIGKILL)
-    run_ids = run_ids or launch_steps(2, steps=STEPS, delay=0.05)
-    assert_runs_intact(run_ids)
-    wait_until(lambda: cluster.tree_ready() and no_orphans(cluster), 20,
-               message="the tree to be whole again, with no orphan")
-    wait_until(lambda: heartbeat_is_truthful(cluster, killed), 10,
-               message="a heartbeat that matches the processes")
+    for phase in ("mid_run", "idle"):
+        run_ids = launch_steps(2, steps=STEPS, delay=0.1) if phase == "mid_run" else []
+        if run_ids:
+            wait_until(lambda: holder_pid(run_ids[0]) in cluster.worker_pids(), 20,
+                       message="a worker to hold the run")
+        killed = victims(cluster, target, run_ids[0] if run_ids else None)
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)
+        run_ids = run_ids or launch_steps(2, steps=STEPS, delay=0.05)
+        assert_runs_intact(run_ids)
+        wait_until(lambda: cluster.tree_ready() and no_orphans(cluster), 20,
+                   message=f"the tree to be whole again, with no orphan ({phase})")
+        wait_until(lambda: heartbeat_is_truthful(cluster, killed), 10,
+                   message=f"a heartbeat that matches the processes ({phase})")
 
 
 @pytest.mark.parametrize("role", ["worker", "pusher", "sentinel", "main"])

@@ -20,7 +20,7 @@ from .errors import FencedError, InDoubtEffectError, ToolFailedError
 from .faults import faults
 from .registry import Tool
 from .retry import LONGEST_WAIT, outcome_unknown, retry_after, retryable
-from .serde import check_serializable, digest, preview
+from .serde import canonical, check_serializable, digest, preview
 
 if TYPE_CHECKING:  # pragma: no cover
     from .session import RunSession
@@ -259,6 +259,7 @@ class RunContext:
         record.resolution = ""
         usage = None
         if error is None:
+            result = canonical(result)  # what a replay of it will return
             record.status, record.result = r.DONE, result
             usage = self._meter(tool, record, result, *call)
         else:

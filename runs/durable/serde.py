@@ -90,6 +90,17 @@ def _keys_are_strings(value) -> bool:
     return True  # what is left is a subclass of a scalar, which dumps wrote as one
 
 
+def canonical(value):
+    """`value` as every replay gives it back: JSON's own types (a tuple is a list),
+    each object's keys sorted. A store may not keep the order of keys (PostgreSQL's
+    jsonb sorts them its own way); a live call that handed the step its own order
+    would let a replay see other bytes (an SDK serialising a tool's result for the
+    model) or iterate keys in another order than the run it replays."""
+    if isinstance(value, _JSON_SCALARS):
+        return value
+    return json.loads(json.dumps(value, sort_keys=True, ensure_ascii=False))
+
+
 def dumps(value) -> str:
     try:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

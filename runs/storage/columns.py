@@ -17,6 +17,7 @@ from datetime import timezone as dt_timezone
 from typing import Any
 
 from runs.durable import records as r
+from runs.durable import serde
 from runs.models import Effect, Run
 
 EFFECT_FIELDS = tuple(f.name for f in fields(r.EffectRecord) if f.name != "args")
@@ -93,6 +94,7 @@ def effect_record(values: Mapping[str, Any]) -> r.EffectRecord:
     for name in EFFECT_TIMES:
         record[name] = to_ts(record[name])
     record["started_at"] = record["started_at"] or 0.0  # never started: the record's 0.0
+    record["result"] = serde.canonical(record["result"])  # jsonb keeps no key order
     return r.EffectRecord(**record)
 
 

@@ -92,8 +92,11 @@ async def _events(chunks: list[dict], pause: float, call_id: int):
         if pause:
             await asyncio.sleep(pause)
         yield f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
-    yield b"data: [DONE]\n\n"
+    # Noted once every chunk went out and before [DONE]: a client that hangs up as soon
+    # as it reads [DONE] has this task cancelled, and a loaded machine once lost the
+    # note that way.
     await sync_to_async(_completed)(call_id)
+    yield b"data: [DONE]\n\n"
 
 
 def _completed(call_id: int) -> None:

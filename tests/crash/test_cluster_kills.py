@@ -103,7 +103,7 @@ def test_any_process_killed_loses_and_repeats_nothing(target, server, start_clus
     for phase in ("mid_run", "idle"):
         run_ids = launch_steps(2, steps=STEPS, delay=0.1) if phase == "mid_run" else []
         if run_ids:
-            wait_until(lambda: holder_pid(run_ids[0]) in cluster.worker_pids(), 20,
+            wait_until(lambda ids=run_ids: holder_pid(ids[0]) in cluster.worker_pids(), 20,
                        message="a worker to hold the run")
         killed = victims(cluster, target, run_ids[0] if run_ids else None)
         for pid in killed:
@@ -112,7 +112,7 @@ def test_any_process_killed_loses_and_repeats_nothing(target, server, start_clus
         assert_runs_intact(run_ids)
         wait_until(lambda: cluster.tree_ready() and no_orphans(cluster), 20,
                    message=f"the tree to be whole again, with no orphan ({phase})")
-        wait_until(lambda: heartbeat_is_truthful(cluster, killed), 10,
+        wait_until(lambda dead=killed: heartbeat_is_truthful(cluster, dead), 10,
                    message=f"a heartbeat that matches the processes ({phase})")
 
 

@@ -12,6 +12,7 @@ a tiny in-process outside world that each test resets:
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from collections import Counter
 from typing import ClassVar
@@ -231,6 +232,26 @@ class StepsTimed(Steps):
             import time
             time.sleep(0.3)
         return super().step(ctx, state)
+
+
+@tool(name="tests.unordered")
+def unordered() -> dict:
+    """A result whose key order a store may not keep, and a tuple JSON has no word for."""
+    return {"count": 2, "hits": ("b", "a"), "nested": {"z": 1, "a": [{"y": 0, "b": 1}]}}
+
+
+@agent("ordered", registry=REG)
+class Ordered(Agent):
+    """Notes the result of its first call as the step sees it, byte for byte, then
+    makes a second call (where a test crashes it)."""
+
+    def start(self, inputs):
+        return {}
+
+    def step(self, ctx, state):
+        WORLD.seen.append(json.dumps(ctx.call(unordered)))
+        ctx.call(post_record, {"n": 1})
+        return Done(state)
 
 
 @agent("keys", registry=REG)

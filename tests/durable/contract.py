@@ -20,6 +20,7 @@ must compare times with the `now` it is given (claim, due_runs) or with
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -475,6 +476,18 @@ class StoreContract:
                                        idempotency_key(run.id, 1, 2, 0)]
         assert [e.key for e in store.history(run.id).effects if e.kind == r.CALL] == \
             WORLD.target.keys()
+
+    def test_a_replayed_result_is_the_live_one_byte_for_byte(self, store, clock):
+        # PostgreSQL's jsonb reorders keys: an SDK that serialised a replayed tool
+        # result for its model sent other bytes than the live run had.
+        run = self.launch(store, "ordered")
+        crash_at("before_effect", nth=2)  # after the first call's outcome is logged
+        self.crash(store, run.id, clock)
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        live, replayed = WORLD.seen
+        assert replayed == live
+        assert json.loads(live) == {"count": 2, "hits": ["b", "a"],
+                                    "nested": {"a": [{"b": 1, "y": 0}], "z": 1}}
 
     def test_a_store_failing_mid_run_leaves_the_run_as_a_crash_would(self, store, clock):
         # A database restart mid-commit: not the agent's failure, so not a failed run.

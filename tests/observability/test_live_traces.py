@@ -63,7 +63,7 @@ def test_one_trace_from_the_launching_request_across_a_sigkill_of_the_worker(
         release.touch()
         wait_until(lambda: Run.objects.get(pk=run_id).status == r.SUCCEEDED, 60,
                    message="the run to succeed")
-        wait_until(lambda: spans(hold_until.name), 30, message="the second claim's spans")
+        wait_until(lambda: spans(hold_until.name), 90, message="the second claim's spans")
 
         everything = spans()
         assert {s["trace_id"] for s in everything} == {CALLER_TRACE}, "one trace, the caller's"

@@ -245,8 +245,25 @@ class RunContext:
                 if wait > INLINE_SLEEP_SECONDS:
                     faults.hit("before_retry_wait", self._tag(tool))
                     raise self._retry_later(record, exc, wait) from exc
+                gates.call_ended(self._session, tool, record)  # this attempt's request is over
                 time.sleep(wait)
                 self._session.ensure_lease()
+                self._gate_next_attempt(tool, record, args, kwargs, exc)
+
+    def _gate_next_attempt(self, tool: Tool, record: r.EffectRecord, args, kwargs,
+                           exc: Exception) -> None:
+        """An attempt after a short wait is one more request to the world, as one after a
+        durable wait is: the gates that count every attempt (a shared limit) are asked
+        again. Held, the call becomes a durable retry due at once, so that once the hold
+        is over the replay asks them again before the attempt (`_retry`)."""
+        if self._live:
+            return
+        try:
+            gates.check_attempt(self._session, tool, record, args, kwargs)
+        except gates.Held:
+            self._retry_later(record, exc, 0.0)
+            self._session.log_effect(record)
+            raise
 
     def _after_invoke(self, tool: Tool, record: r.EffectRecord, result, error, *,
                       call: tuple = ((), {})):

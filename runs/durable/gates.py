@@ -23,7 +23,7 @@ its outcome is in the log. A gate answers with one of three decisions:
 Budgets (`RunBudgetGate` below; the per-user and per-agent quotas in
 runs/budgets/gates.py), approvals (runs/durable/approvals.py) and shared limits
 per tool or provider (runs/durable/limits.py) are gates. A gate may also have
-`ended(tool, record)` and `attempt_failed(tool, record, exc)`: the limits count
+`ended(tool, record, holder)` and `attempt_failed(tool, record, exc)`: the limits count
 calls in flight and hear a provider's Retry-After through them; one with
 `every_attempt = True` is also asked before the attempt after a durable retry wait
 (another request to the provider), the others decide about a call once. A gate must
@@ -242,12 +242,13 @@ def check_attempt(session, tool: Tool, record: r.EffectRecord, args, kwargs) -> 
 
 
 def call_ended(session, tool: Tool, record: r.EffectRecord) -> None:
-    """A call was made (returned, failed, or left for a durable retry): gates that count
-    calls in flight (runs/durable/limits.py) hear of it."""
+    """An attempt of a call was made (returned, failed, or left for a retry): gates that
+    count calls in flight (runs/durable/limits.py) hear of it, and from whom (the
+    session's epoch: a takeover's attempt is another request)."""
     for gate in session.config.gates:
         hook = getattr(gate, "ended", None)
         if hook is not None:
-            hook(tool, record)
+            hook(tool, record, session.epoch)
 
 
 def attempt_failed(session, tool: Tool, record: r.EffectRecord, exc: BaseException) -> None:

@@ -15,6 +15,9 @@ over a small JSON-able state that a store reads and writes atomically:
     provider: a request reaches the provider between its grant and its end, so no
     window of `per` seconds there sees more than `requests` of them (whatever the
     network did to them on the way).
+  * a grant is an attempt's (its holder: the run's fencing epoch). Every attempt is a
+    request: one retried after a short wait asks again, and a takeover making a
+    cut-off call again needs a grant of its own (docs/limits.md).
   * a call in flight holds a concurrency slot until it ends or its lease runs out:
     a worker killed mid-call gives the slot back after `lease` seconds, never holds
     it for ever.
@@ -148,15 +151,23 @@ def _prune(rule: LimitRule, state: dict, now: float) -> None:
     state["served"] = {u: t for u, t in state.get("served", {}).items() if t > horizon}
 
 
-def admit(rule: LimitRule, state: dict, key: str, user: str, now: float) -> Verdict:
-    """Let the call `key` of `user` through (a grant) or queue it; changes `state`."""
+def admit(rule: LimitRule, state: dict, key: str, user: str, now: float,
+          holder: int | None = None) -> Verdict:
+    """Let the call `key` of `user` through (a grant) or queue it; changes `state`.
+    `holder` is who makes the request (the run's fencing epoch): another holder asking
+    about a call in flight is another request to the provider."""
     _prune(rule, state, now)
     grants, waiters = state["grants"], state["waiters"]
     mine = next((g for g in grants if g["key"] == key and not g["done"] and g["until"] > now),
                 None)
-    if mine is not None:  # asked again (a crash, a replay) while its grant is in flight
+    if mine is not None and mine.get("holder") == holder:  # the same attempt asking again
         mine["until"] = now + rule.lease
         return Verdict(True)
+    if mine is not None:
+        # Its worker died or lost the run mid-call: its request, if it went out, went
+        # out before now, so it counts as ended now (its own end, if it comes, counts
+        # from then: `finish`); this attempt is one more request and needs its own grant.
+        mine.update(done=True, until=now, cut=True)
     in_flight = [g for g in grants if not g["done"] and g["until"] > now]
     free, why = _free(rule, grants, in_flight)
     if state["closed_until"] > now:
@@ -169,7 +180,7 @@ def admit(rule: LimitRule, state: dict, key: str, user: str, now: float) -> Verd
     if len(ahead) < free:
         waiters.pop(key, None)
         grants.append({"key": key, "user": user, "at": now, "until": now + rule.lease,
-                       "done": False, "tokens": 0})
+                       "done": False, "tokens": 0, "holder": holder})
         served[user] = now
         return Verdict(True)
     wake_at = max(now + MIN_WAIT, _wake_at(rule, state, grants, in_flight, len(ahead), now),
@@ -220,12 +231,19 @@ def _wake_at(rule: LimitRule, state: dict, grants: list, in_flight: list, ahead:
     return wake
 
 
-def finish(rule: LimitRule, state: dict, key: str, now: float, tokens: int = 0) -> bool:
-    """The call `key` ended: its concurrency slot is free, its window counts from now."""
+def finish(rule: LimitRule, state: dict, key: str, now: float, tokens: int = 0,
+           holder: int | None = None) -> bool:
+    """The call `key` of `holder` ended: its concurrency slot is free, its window counts
+    from now (for an attempt cut off by a takeover, from now if that is later)."""
     _prune(rule, state, now)
-    for g in state["grants"]:
-        if g["key"] == key and not g["done"]:
+    ours = [g for g in state["grants"] if g["key"] == key and g.get("holder") == holder]
+    for g in ours:
+        if not g["done"]:
             g.update(done=True, until=now, tokens=int(tokens))
+            return True
+    for g in ours:
+        if g.get("cut"):
+            g.update(until=max(g["until"], now), tokens=max(g["tokens"], int(tokens)))
             return True
     return False
 
@@ -284,7 +302,8 @@ class LimitGate:
         now = self.clock()
         user = str(call.run.owner or "")
         try:
-            verdict = self.store.update(rule.name, lambda s: admit(rule, s, call.key, user, now))
+            verdict = self.store.update(
+                rule.name, lambda s: admit(rule, s, call.key, user, now, call.run.epoch))
         except LimitStoreError as exc:
             # closed, not open: a limit nobody can count must not let a storm through;
             # the run waits (durably) and asks again
@@ -301,8 +320,8 @@ class LimitGate:
                      "tool": call.tool.name, "wake_at": verdict.wake_at},
                     wait=True, wake_at=verdict.wake_at)
 
-    def ended(self, tool, record) -> None:
-        """A call this gate let through returned, failed or gave its worker up."""
+    def ended(self, tool, record, holder: int) -> None:
+        """A call this gate let through (to `holder`) returned, failed or gave its worker up."""
         rule = self._rule(tool)
         if rule is None:
             return
@@ -310,7 +329,8 @@ class LimitGate:
         tokens = int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
         now = self.clock()
         try:
-            self.store.update(rule.name, lambda s: finish(rule, s, record.key, now, tokens))
+            self.store.update(rule.name,
+                              lambda s: finish(rule, s, record.key, now, tokens, holder))
         except LimitStoreError:
             log.warning("limit %s: the end of %s was not counted; its lease frees its slot",
                         rule.name, record.key)

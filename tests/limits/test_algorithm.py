@@ -17,13 +17,13 @@ class Limiter:
     def __init__(self, store, rule):
         self.store, self.rule = store, rule
 
-    def ask(self, key, at, user="alice"):
+    def ask(self, key, at, user="alice", holder=1):
         return self.store.update(self.rule.name,
-                                 lambda s: lim.admit(self.rule, s, key, user, T0 + at))
+                                 lambda s: lim.admit(self.rule, s, key, user, T0 + at, holder))
 
-    def end(self, key, at, tokens=0):
+    def end(self, key, at, tokens=0, holder=1):
         return self.store.update(self.rule.name,
-                                 lambda s: lim.finish(self.rule, s, key, T0 + at, tokens))
+                                 lambda s: lim.finish(self.rule, s, key, T0 + at, tokens, holder))
 
     def close(self, until, at):
         self.store.update(self.rule.name,
@@ -73,11 +73,28 @@ def test_concurrency_frees_a_slot_when_a_call_ends_or_its_lease_runs_out(limit_s
     assert llm.ask("e", at=31).allowed  # b's lease ran out at 30
 
 
-def test_asking_again_about_a_call_in_flight_takes_no_second_slot(limit_store):
+def test_the_same_attempt_asking_again_about_its_call_takes_no_second_slot(limit_store):
     llm = limiter(limit_store, requests=1, per=60.0)
     assert llm.ask("k", at=0).allowed
-    assert llm.ask("k", at=1).allowed  # a replay after a crash: the same grant
+    assert llm.ask("k", at=1).allowed  # the same holder: the same grant
     assert not llm.ask("other", at=1).allowed
+
+
+def test_a_takeover_of_a_call_in_flight_is_another_request(limit_store):
+    """The worker of epoch 1 lost the run mid-call; epoch 2 makes the call again: the
+    provider may see both requests, so the second needs a slot of its own, and the first
+    counts until its own end when it comes after the takeover (a live, fenced worker)."""
+    llm = limiter(limit_store, requests=1, per=10.0)
+    assert llm.ask("k", at=0, holder=1).allowed
+    held = llm.ask("k", at=1, holder=2)
+    assert not held.allowed and held.why == "requests"
+    assert held.wake_at == pytest.approx(T0 + 11)  # the cut-off call taken as ended at 1
+    assert llm.end("k", at=3, holder=1)  # it was alive: it really ended at 3
+    assert not llm.ask("k", at=12, holder=2).allowed
+    granted = llm.ask("k", at=13.01, holder=2)
+    assert granted.allowed
+    assert llm.end("k", at=14, holder=2)
+    assert not llm.ask("other", at=23).allowed and llm.ask("other", at=24.01).allowed
 
 
 def test_tokens_a_window_hold_calls_once_reached(limit_store):

@@ -136,6 +136,44 @@ def test_the_attempt_after_a_durable_retry_wait_counts_against_the_limit(clock):
     assert effect.attempts == 2
 
 
+FLAKY_CALLS: list[str] = []
+
+
+@tool(idempotent=True, limit="api", name="flaky-api",
+      retry=Retry(initial_interval=0.01, maximum_attempts=3, jitter=0))
+def flaky_api(question: str, *, idempotency_key: str) -> str:
+    FLAKY_CALLS.append(question)
+    if len(FLAKY_CALLS) == 1:
+        raise TransientToolError("the connection was cut mid-answer")
+    return f"answer to {question}"
+
+
+@agent("flaky-asker", registry=REG)
+def flaky_asker(ctx, inputs):
+    return {"answer": ctx.call(flaky_api, inputs["question"])}
+
+
+def test_the_attempt_after_a_short_retry_wait_counts_against_the_limit(clock):
+    """An attempt retried in the worker (a wait too short to give the worker up) is one
+    more request to the provider as well: with the window full it is not made; the
+    call becomes a retry due at once and the run waits for its turn, holding no slot."""
+    FLAKY_CALLS.clear()
+    store, _, config = setup(requests=1, per=100.0)
+    run_id = control.launch(store, agent="flaky-asker", inputs={"question": "q"},
+                            owner="alice", registry=REG).id
+    assert execute(store, run_id, config) == "waiting"
+    held = store.get(run_id)
+    assert held.attention["kind"] == "limit" and held.attention["why"] == "requests"
+    assert held.lease_owner is None and FLAKY_CALLS == ["q"]
+    assert [e.status for e in store.history(run_id).effects] == [r.RETRYING]
+    clock.advance(101)
+    assert execute(store, run_id, config) == "succeeded"
+    assert FLAKY_CALLS == ["q", "q"]
+    assert store.get(run_id).output == {"answer": "answer to q"}
+    [effect] = store.history(run_id).effects
+    assert effect.attempts == 2
+
+
 @agent("model-user", registry=REG)
 def model_user(ctx, inputs):
     from builtin_agents.tools.llm import chat_completion

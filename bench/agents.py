@@ -9,7 +9,9 @@ overhead (below): the crawl agent with the engine against the same crawl without
 
 concurrency: the crawl at 20 ms a page, its batch of 40 fetched with ctx.map at
 max_concurrency 1 (the baseline: one page at a time, as before ctx.map) and 8, on
-the engine with the ORM store; pages/s of each and the ratio (target: at least 6x).
+the engine with the store and connection pool of a worker process, the site served
+by bench/site_server.py (Daphne's own CPU a page would cap the figure: see there);
+pages/s of each and the ratio (target: at least 6x).
 
 stream: a streaming tool's chunks, from their arrival at the worker (the moment the
 tool yields one, as the LLM tool does when a server-sent event arrives) to their
@@ -140,11 +142,11 @@ class PlainCrawl:
 class EngineCrawl:
     """The crawl as a run, one time slice of ``execute_run`` at a time."""
 
-    def __init__(self, inputs: dict):
+    def __init__(self, inputs: dict, store=None):
         from runs.durable import control
         from runs.storage import database_store
 
-        self.store = database_store()
+        self.store = store or database_store()
         self.run_id = control.launch(self.store, agent="crawl", inputs=inputs).id
         self.output, self.seconds, self.slices = None, 0.0, 0
 
@@ -201,6 +203,24 @@ def start_daphne(url: str) -> tuple[subprocess.Popen, str]:
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit("daphne did not start")
         time.sleep(0.1)
+
+
+def start_site(url: str) -> tuple[subprocess.Popen, str]:
+    """The sandbox's site on a lean server of its own (bench/site_server.py: why)."""
+    env = dict(os.environ, DATABASE_URL=url, DJANGO_SETTINGS_MODULE="agentops.settings",
+               PYTHONPATH=str(ROOT), AGENTOPS_DB_POOL="1")
+    proc = subprocess.Popen([sys.executable, "-m", "bench.site_server"], cwd=ROOT, env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    server = proc.stdout.readline().strip()
+    if not server:
+        raise SystemExit("the site server did not start")
+    return proc, server
+
+
+def stop_site(proc: subprocess.Popen) -> None:
+    proc.stdin.close()
+    proc.wait(60)
 
 
 def stop_daphne(proc: subprocess.Popen) -> None:
@@ -374,22 +394,27 @@ def concurrency(url: str, pages: int) -> None:
     """Crawl pages/s at max_concurrency 1 and 8, 20 ms a page, batches of 40."""
     from builtin_agents.agents import Crawl
     from runs.durable import validate_inputs
+    from runs.worker.db import use_pool_in_this_process
+    from runs.worker.execute import store
 
-    daphne, server = start_daphne(url)
+    # As a qcluster worker process runs: a pool of connections, each call of the store
+    # handing its connection back (the threads of ctx.map connect to nothing).
+    use_pool_in_this_process()
+    site, server = start_site(url)
     results = {}
     try:
         for limit in (1, 8, 1, 8):  # taking turns, so that both meet the same load
             inputs = validate_inputs(Crawl, {
                 "site_url": f"{server}/sandbox/site", "pages": pages, "latency_ms": 20,
                 "error_rate": 0.0, "batch": 40, "concurrency": limit})
-            crawl = EngineCrawl(inputs)
+            crawl = EngineCrawl(inputs, store())
             while crawl.output is None:
                 crawl.run_slice()
             results.setdefault(limit, []).append((crawl.output["fetches"], crawl.seconds))
     finally:
-        stop_daphne(daphne)
+        stop_site(site)
     print(f"\ncrawl of {pages} pages at 20 ms a page, batches of 40 (ctx.map), PostgreSQL, "
-          "one Daphne; each limit twice, taking turns")
+          "the site on bench/site_server.py; each limit twice, taking turns")
     rates = {}
     for limit, runs in results.items():
         fetched = sum(f for f, _ in runs)

@@ -208,7 +208,10 @@ class RunContext:
         with self._session.observed.effect(record):  # a span, the latency, the log context
             try:
                 self._before_invoke(tool, record, first_at=first_at)
-                result, error = self._attempts(tool, record, args, kwargs)
+                try:
+                    result, error = self._attempts(tool, record, args, kwargs)
+                finally:
+                    parallel.call_returned()
                 return self._after_invoke(tool, record, result, error, call=(args, kwargs))
             finally:  # a slot of a shared limit is given back however the call ended
                 gates.call_ended(self._session, tool, record)

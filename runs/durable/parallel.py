@@ -82,11 +82,16 @@ def run_group(ctx: RunContext, specs, *, max_concurrency: int, return_exceptions
     abort = threading.Event()  # an engine stop: calls not started yet are not started
     store = ctx._session.store
 
+    slots = threading.BoundedSemaphore(limit)
+
     def one(index: int) -> None:
         call, position, recorded, digest_kwargs = planned[index]
+        slot = _Slot(slots)
         try:
+            slot.take()
             if abort.is_set():
                 raise _NotStarted()
+            _running.slot = slot
             outcomes[index] = ctx._resolve(call.tool, position, recorded, call.args, call.kwargs,
                                            digest_kwargs=digest_kwargs)
         except ToolFailedError as exc:
@@ -96,6 +101,9 @@ def run_group(ctx: RunContext, specs, *, max_concurrency: int, return_exceptions
         except BaseException as exc:  # noqa: BLE001 - handed to the step's thread below
             failures[index] = exc
             abort.set()
+        finally:
+            _running.slot = None
+            slot.give_back()
 
     fresh = []
     for index, (_call, _position, recorded, _kw) in enumerate(planned):
@@ -105,7 +113,9 @@ def run_group(ctx: RunContext, specs, *, max_concurrency: int, return_exceptions
         else:
             fresh.append(index)
     if fresh:
-        with ThreadPoolExecutor(max_workers=min(limit, len(fresh)),
+        # Twice the slots in threads: a call whose tool returned gives its slot to the
+        # next call while its outcome is logged (see call_returned).
+        with ThreadPoolExecutor(max_workers=min(2 * limit, len(fresh)),
                                 thread_name_prefix=f"parallel {ctx.run_id}") as pool:
             for index in fresh:
                 pool.submit(_in_thread, store, one, index)
@@ -119,6 +129,35 @@ def run_group(ctx: RunContext, specs, *, max_concurrency: int, return_exceptions
         else:
             results.append(outcomes[index])
     return results
+
+
+class _Slot:
+    """One of a group's `max_concurrency` places, held by a call from before it starts
+    until its tool returns: the limit is on calls to the world at once, and logging an
+    outcome (a commit, queued behind the group's other commits) is not one."""
+
+    def __init__(self, slots: threading.BoundedSemaphore):
+        self.slots, self.held = slots, False
+
+    def take(self) -> None:
+        self.slots.acquire()
+        self.held = True
+
+    def give_back(self) -> None:
+        if self.held:
+            self.held = False
+            self.slots.release()
+
+
+_running = threading.local()  # the slot of the group call this thread is making
+
+
+def call_returned() -> None:
+    """The tool of the call this thread makes has returned (or failed): if it is a call
+    of a parallel group, its slot goes to the group's next call now."""
+    slot = getattr(_running, "slot", None)
+    if slot is not None:
+        slot.give_back()
 
 
 class _NotStarted(Exception):

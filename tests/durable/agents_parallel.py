@@ -12,6 +12,7 @@ from .agents_for_tests import REG, WORLD, SimulatedCrash
 _running = {"now": 0, "most": 0}
 _running_lock = threading.Lock()
 _finished: dict[str, threading.Event] = {}  # item -> done, for `after`
+_started: dict[str, threading.Event] = {}   # item -> its call began
 
 
 def running_most() -> int:
@@ -21,11 +22,17 @@ def running_most() -> int:
 def reset_running() -> None:
     _running.update(now=0, most=0)
     _finished.clear()
+    _started.clear()
 
 
 def _finished_event(item: str) -> threading.Event:
     with _running_lock:
         return _finished.setdefault(item, threading.Event())
+
+
+def started_event(item: str) -> threading.Event:
+    with _running_lock:
+        return _started.setdefault(item, threading.Event())
 
 
 @tool(idempotent=True, name="tests.slow_item")
@@ -36,6 +43,7 @@ def slow_item(item: str, delay: float, after: str | None = None, *,
     with _running_lock:
         _running["now"] += 1
         _running["most"] = max(_running["most"], _running["now"])
+    started_event(item).set()
     try:
         if after is not None:
             assert _finished_event(after).wait(30), f"{after} never finished"

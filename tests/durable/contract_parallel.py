@@ -46,6 +46,16 @@ class ParallelContract:
         assert store.load(run.id).run.output["items"] == ITEMS
         assert ap.running_most() == 2  # the first waits for the second: two at once, no more
 
+    def test_a_call_gives_its_slot_to_the_next_while_its_outcome_is_logged(self, store):
+        """max_concurrency bounds calls to the world, not commits: with one slot, the
+        second call starts while the first one's outcome is still being written."""
+        ap.reset_running()
+        slow_log = _SlowOutcomeLog(store, item="i0", waits_for="i1")
+        run = self.launch(store, "par_items", {"items": ["i0", "i1"], "limit": 1})
+        assert self.execute(slow_log, run.id) == Outcome.SUCCEEDED
+        assert slow_log.next_started_meanwhile is True
+        assert ap.running_most() == 1
+
     @pytest.mark.parametrize("point, nth", GROUP_POINTS)
     def test_a_crash_at_any_point_of_a_group_replays_to_the_same_results(self, store, clock,
                                                                          point, nth):
@@ -169,3 +179,22 @@ class ParallelContract:
         assert "".join(d["text"] for d in streams if d["attempt"] == attempts[1]) == text
         kinds = [kind for _, kind, d in read_events(run.id) if kind in ("stream", "attempt")]
         assert kinds.index("attempt") > 0 and kinds[-1] == "stream"
+
+
+class _SlowOutcomeLog:
+    """The store, with the commit of `item`'s outcome held until the call of `waits_for`
+    has begun (or 30 s have passed: then it did not begin meanwhile)."""
+
+    def __init__(self, store, *, item: str, waits_for: str):
+        self._store, self._item, self._waits_for = store, item, waits_for
+        self.next_started_meanwhile = None
+
+    def commit(self, run_id, epoch, commit):
+        if self.next_started_meanwhile is None and any(
+                e.tool == "tests.slow_item" and e.status == r.DONE
+                and e.result["payload"]["item"] == self._item for e in commit.effects):
+            self.next_started_meanwhile = ap.started_event(self._waits_for).wait(30)
+        return self._store.commit(run_id, epoch, commit)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)

@@ -109,14 +109,71 @@ def write_note(title: str, body: str, delay: float) -> dict:
 
 
 async def _journal_response(response: httpx.Response) -> None:
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        if response.status_code != 200:
+            return
+        try:
+            _journal_events(response.content)  # a body given whole (a mock transport)
+        except httpx.ResponseNotRead:
+            # Journaled once its last event is read, and left unbuffered: the SDK reads
+            # the stream as it comes.
+            response.stream = _JournaledStream(response.stream)
+        return
     await response.aread()
     if response.status_code == 200:
         body = response.json()
-        message = body["choices"][0]["message"]
-        names = [body["id"], *(c["id"] for c in message.get("tool_calls") or [])]
-        if message.get("content"):
-            names.append(message["content"])
-        JOURNAL.write(kind="model", names=names)
+        _journal_message(body["id"], body["choices"][0]["message"])
+
+
+def _journal_message(completion_id: str, message: dict) -> None:
+    names = [completion_id, *(c["id"] for c in message.get("tool_calls") or [])]
+    if message.get("content"):
+        names.append(message["content"])
+    JOURNAL.write(kind="model", names=names)
+
+
+class _JournaledStream(httpx.AsyncByteStream):
+    """A chat completion's server-sent events, passed on as they come; journaled once
+    read to `[DONE]`."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.body = b""
+        self.journaled = False
+
+    async def __aiter__(self):
+        async for chunk in self.stream:
+            self.body += chunk
+            yield chunk
+        self._journal()
+
+    async def aclose(self) -> None:
+        self._journal()
+        await self.stream.aclose()
+
+    def _journal(self) -> None:
+        if not self.journaled:
+            self.journaled = _journal_events(self.body)
+
+
+def _journal_events(body: bytes) -> bool:
+    """Journal the message a stream's events add up to (its id, its tool calls' ids, its
+    text), if it was read to its end."""
+    events = [line[len(b"data: "):] for line in body.splitlines() if line.startswith(b"data: ")]
+    if not events or events[-1] != b"[DONE]":
+        return False  # cut short: never served whole
+    completion_id, content, calls = None, "", {}
+    for event in map(json.loads, events[:-1]):
+        completion_id = completion_id or event.get("id")
+        for choice in event.get("choices") or []:
+            delta = choice.get("delta") or {}
+            content += delta.get("content") or ""
+            for call in delta.get("tool_calls") or []:
+                if call.get("id"):
+                    calls[call["index"]] = call["id"]
+    _journal_message(completion_id, {"content": content,
+                                     "tool_calls": [{"id": calls[i]} for i in sorted(calls)]})
+    return True
 
 
 def response_names(result: dict) -> set:

@@ -8,6 +8,11 @@ the run's alone, so blocking it blocks no other run), and the real request or to
 coroutine runs on one event loop per process (`Bridge`), where the SDK's HTTP
 clients live. Many runs' requests share that loop without waiting on each other.
 
+A model request is a streaming effect (`Turn.effect(..., stream=True)`): the engine's
+streaming tools' path (runs/durable/streaming.py, docs/streaming.md), with the
+request's coroutine on the SDK loop pushing the answer's text into a thread-safe
+queue that the engine's stream reader pulls from (`Bridge.stream`).
+
 The engine's own exceptions (a suspension, a stop, a fenced session, a halt) must
 leave the SDK untouched by its error handling: `Turn` keeps the first one and
 `run_step` raises it once the SDK's call has unwound, whatever the SDK made of it.
@@ -19,9 +24,10 @@ import asyncio
 import contextlib
 import contextvars
 import os
+import queue
 import sys
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +99,32 @@ class Bridge:
 
         return asyncio.run_coroutine_threadsafe(scoped(), self.loop()).result()
 
+    def stream(self, make: Callable[[Callable[[str], None]], Awaitable[Any]],
+               scope: EffectScope | None = None) -> Iterator[str]:
+        """Run `make(push)` on the loop; a generator, in the calling thread, of the text
+        it pushes as it comes, returning its result (a streaming tool's shape, for
+        `streaming.drain`, whose reader thread calls it). The coroutine runs whole in one
+        task of the loop (the SDKs' streams are entered and left in one task); `push`
+        only puts into a thread-safe queue, so it never waits on the engine."""
+        chunks: queue.SimpleQueue = queue.SimpleQueue()
+        done = object()
+
+        async def scoped():
+            token = _scope.set(scope)
+            try:
+                return await make(chunks.put)
+            finally:
+                _scope.reset(token)
+
+        future = asyncio.run_coroutine_threadsafe(scoped(), self.loop())
+        future.add_done_callback(lambda _: chunks.put(done))
+        try:
+            while (chunk := chunks.get()) is not done:
+                yield chunk
+            return future.result()
+        finally:
+            future.cancel()  # left unread (fenced, a store failure): the request is ended
+
 
 bridge = Bridge()
 
@@ -104,19 +136,28 @@ class Turn:
         self.ctx = ctx
         self.interrupted: BaseException | None = None
 
-    def effect(self, name: str, make: Callable[[], Awaitable[Any]], args: tuple, *,
-               idempotent: bool, retry: Retry | None = None):
-        """`make()`'s result as a logged effect: replayed if this position is logged."""
+    def effect(self, name: str, make: Callable[..., Awaitable[Any]], args: tuple, *,
+               idempotent: bool, retry: Retry | None = None, stream: bool = False):
+        """`make()`'s result as a logged effect: replayed if this position is logged.
+
+        `stream=True`: `make(push)`, a streaming effect. `push(text)` (called on the SDK
+        loop) sends text to the run's viewers as it comes: the call is a streaming tool
+        of the engine (`Tool(stream=True)`, drained by runs/durable/streaming.py), its
+        text batched into `stream` events of the attempt; what `make` returns is the
+        logged result. A replay returns the logged result and streams nothing."""
         if self.interrupted is not None:
             raise self.interrupted
         run_id = self.ctx.run_id
 
         def call(*_args, idempotency_key=None):
-            return bridge.run(make, EffectScope(run_id, idempotency_key, name))
+            scope = EffectScope(run_id, idempotency_key, name)
+            if stream:
+                return bridge.stream(make, scope)
+            return bridge.run(make, scope)
 
         tool = Tool(call, idempotent=idempotent,
                     retry=retry if retry is not None else (Retry() if idempotent else NO_RETRY),
-                    name=name)
+                    name=name, stream=stream)
         return self.engine(self.ctx.call, tool, *args)
 
     def engine(self, fn, *args, **kwargs):

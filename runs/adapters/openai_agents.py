@@ -13,7 +13,9 @@ A run is one step: `Runner.run` from the prompt, replayed from the effect log
 after a crash (each logged model response and tool result is returned, not
 fetched again), the way Temporal's integration of this SDK replays a workflow.
 Follow-up prompts are steps of their own, each checkpointing the conversation
-(`to_input_list()`) it continues from.
+(`to_input_list()`) it continues from. A live model call streams: its text reaches the
+run page as the model writes it (a streaming effect, docs/adapters.md "Streaming"); the
+response logged is the one the non-streamed call gives.
 
 Only this module imports `agents`, and only when an agent is wrapped.
 """
@@ -24,6 +26,7 @@ import contextvars
 import dataclasses
 import hashlib
 import json
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -252,6 +255,7 @@ def _current_turn() -> Turn:
 
 
 _MODEL: list = []
+_FAILED = frozenset({"response.incomplete", "response.failed", "response.error", "error"})
 
 
 def _model_class():
@@ -259,27 +263,47 @@ def _model_class():
         return _MODEL[0]
     import openai
     from agents import Model
+    from agents.exceptions import ModelBehaviorError
     from agents.items import ModelResponse, TResponseOutputItem
+    from agents.models.fake_id import FAKE_RESPONSES_ID
     from agents.usage import Usage
+    from openai.types.responses import (
+        Response,
+        ResponseCompletedEvent,
+        ResponseTextDeltaEvent,
+        ResponseUsage,
+    )
     from pydantic import TypeAdapter
     from pydantic_core import to_jsonable_python
 
     outputs = TypeAdapter(list[TResponseOutputItem])
     usage = TypeAdapter(Usage)
+    sdk_usage = _sdk_usage_helpers(Usage)
 
     class DurableModel(Model):
-        """Each `get_response` an effect; the real call runs on the SDK loop."""
+        """Each `get_response` an effect; the real call runs on the SDK loop.
+
+        A live call streams: the wrapped model's `stream_response`, its text deltas pushed
+        to the run's viewers as they come (a streaming effect), the response of its
+        completed event logged as `get_response` gives it. A replay returns the logged
+        response, streaming nothing. `stream_response` (`Runner.run_streamed`) is the
+        same effect, the response then handed to the SDK as a text delta per text and
+        the completed event."""
 
         def __init__(self, wrapped, retry: Retry | None):
             self.wrapped, self.retry = wrapped, retry
 
-        async def get_response(self, system_instructions, input, *args, **kwargs):
+        async def get_response(self, system_instructions, input, model_settings, tools,
+                               output_schema, handoffs, tracing, **kwargs):
             wrapped = self.wrapped
+            args = (system_instructions, input, model_settings, tools, output_schema,
+                    handoffs, tracing)
 
-            async def send():
+            async def send(push):
                 try:
-                    response = await wrapped.get_response(system_instructions, input,
-                                                          *args, **kwargs)
+                    response = await streamed(push, args, kwargs)
+                    if response is None:  # a model that does not stream
+                        response = await wrapped.get_response(*args, **kwargs)
                 except openai.APIStatusError as exc:
                     if exc.status_code == 429 or exc.status_code >= 500:
                         raise TransientToolError(str(exc)) from exc
@@ -288,17 +312,103 @@ def _model_class():
                         "usage": to_jsonable_python(response.usage),
                         "response_id": response.response_id}
 
+            async def streamed(push, args, kwargs):
+                """The wrapped model's streamed call as `get_response` would have
+                answered it; None if the model does not stream."""
+                events, final, done_items, started = None, None, [], False
+                # the usage chunk of a chat completions stream, which a non-streamed
+                # response always has (unless the agent's settings say no)
+                settings = args[2]
+                if getattr(settings, "include_usage", False) is None:
+                    settings = dataclasses.replace(settings, include_usage=True)
+                try:
+                    events = wrapped.stream_response(*args[:2], settings, *args[3:], **kwargs)
+                    async for event in events:
+                        started = True
+                        kind = getattr(event, "type", None)
+                        if kind == "response.output_text.delta":
+                            if event.delta:
+                                push(event.delta)
+                        elif kind == "response.output_item.done":
+                            done_items.append(event.item)
+                        elif kind == "response.completed":
+                            final = event.response
+                        elif kind in _FAILED:
+                            raise ModelBehaviorError(f"the model's stream ended with {kind}")
+                except NotImplementedError:
+                    if started:
+                        raise
+                    return None
+                finally:
+                    if events is not None and hasattr(events, "aclose"):
+                        await events.aclose()
+                if final is None:
+                    raise ModelBehaviorError("the model's stream ended without a response")
+                # what the SDK's own streamed run makes of the completed event
+                # (agents/run_internal/run_loop.py), and what get_response returns
+                return ModelResponse(
+                    output=list(final.output) or done_items,
+                    usage=sdk_usage["of"](final.usage) if final.usage else Usage(requests=1),
+                    response_id=None if final.id == FAKE_RESPONSES_ID else final.id)
+
             turn = _current_turn()
             logged = turn.effect(MODEL_CALL, send,
                                  (getattr(wrapped, "model", type(wrapped).__name__),
                                   fingerprint(system_instructions, input)),
-                                 idempotent=True, retry=self.retry)
+                                 idempotent=True, retry=self.retry, stream=True)
             return ModelResponse(output=outputs.validate_python(logged["output"]),
                                  usage=usage.validate_python(logged["usage"]),
                                  response_id=logged["response_id"])
 
-        def stream_response(self, *args, **kwargs):  # pragma: no cover - not offered
-            raise NotImplementedError("durable OpenAI Agents SDK agents do not stream yet")
+        async def stream_response(self, system_instructions, input, model_settings, tools,
+                                  output_schema, handoffs, tracing, **kwargs):
+            # The step's loop waits for the effect (ctx.call is synchronous): the text
+            # streams to the run's viewers meanwhile; the SDK gets the response whole (on
+            # a replay too: the logged response), as a delta per text and its completion.
+            response = await self.get_response(system_instructions, input, model_settings,
+                                               tools, output_schema, handoffs, tracing,
+                                               **kwargs)
+            sequence = 0
+            for index, item in enumerate(response.output):
+                for part_index, part in enumerate(getattr(item, "content", None) or []):
+                    if getattr(item, "type", None) == "message" and \
+                            getattr(part, "type", None) == "output_text" and part.text:
+                        yield ResponseTextDeltaEvent(
+                            type="response.output_text.delta", item_id=item.id,
+                            output_index=index, content_index=part_index, delta=part.text,
+                            logprobs=[], sequence_number=sequence)
+                        sequence += 1
+            used = response.usage
+            totals = ResponseUsage(input_tokens=used.input_tokens,
+                                   output_tokens=used.output_tokens,
+                                   total_tokens=used.total_tokens,
+                                   input_tokens_details=used.input_tokens_details,
+                                   output_tokens_details=used.output_tokens_details)
+            sdk_usage["attach"](totals, used)  # the SDK reads back this very usage
+            yield ResponseCompletedEvent(
+                type="response.completed", sequence_number=sequence,
+                response=Response(id=response.response_id or FAKE_RESPONSES_ID,
+                                  created_at=time.time(),
+                                  model=str(getattr(self.wrapped, "model", "")),
+                                  object="response", output=list(response.output),
+                                  tool_choice="auto", tools=[], parallel_tool_calls=False,
+                                  usage=totals))
 
     _MODEL.append(DurableModel)
     return DurableModel
+
+
+def _sdk_usage_helpers(usage_class) -> dict:
+    """The SDK's conversions between a Responses usage and its `Usage` (private in
+    agents.usage, which its streamed runs use), with a plain one if they are gone."""
+    import agents.usage as sdk
+
+    def of(response_usage):
+        return usage_class(requests=1, input_tokens=response_usage.input_tokens or 0,
+                           output_tokens=response_usage.output_tokens or 0,
+                           total_tokens=response_usage.total_tokens or 0,
+                           input_tokens_details=response_usage.input_tokens_details,
+                           output_tokens_details=response_usage.output_tokens_details)
+
+    return {"of": getattr(sdk, "_response_usage_to_usage", of),
+            "attach": getattr(sdk, "_attach_normalized_usage", lambda target, used: None)}

@@ -8,12 +8,16 @@ again, keyed. A step is one model request with the tool calls of the response
 before it; the message history after it is the step's checkpointed state, and the
 next step resumes the agent from that history (Pydantic AI runs the pending tool
 calls of a history that ends in a response, then asks the model again).
+A live model request streams: its text reaches the run page as the model writes it
+(a streaming effect, docs/adapters.md "Streaming"); the response logged is the one
+the non-streamed request gives.
 
 Only this module imports pydantic_ai, and only when an agent is wrapped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -225,14 +229,29 @@ def _classes() -> dict:
     from pydantic_ai import ModelRetry
     from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.exceptions import ModelHTTPError
-    from pydantic_ai.messages import ModelMessagesTypeAdapter
+    from pydantic_ai.messages import (
+        ModelMessagesTypeAdapter,
+        PartDeltaEvent,
+        PartStartEvent,
+        TextPart,
+        TextPartDelta,
+    )
+    from pydantic_ai.models import CompletedStreamedResponse, Model
+    from pydantic_ai.models.function import FunctionModel
     from pydantic_ai.models.wrapper import WrapperModel
     from pydantic_ai.toolsets import WrapperToolset
     from pydantic_core import to_jsonable_python
 
     class DurableModel(WrapperModel):
         """Each request an effect; the real request runs on the SDK loop (effects.Bridge),
-        so the wrapped model is neither entered nor used on the step's loop."""
+        so the wrapped model is neither entered nor used on the step's loop.
+
+        A live request streams: the wrapped model's `request_stream`, its text pushed to
+        the run's viewers as it comes (a streaming effect), its final response logged,
+        the same as `request` gives. A replay returns the logged response, streaming
+        nothing. `request_stream` (a streamed run: `run_stream`, a capability that
+        watches the run's events) is the same effect, its response then handed to the
+        SDK as a completed stream."""
 
         def __init__(self, wrapped, turn: Turn, retry: Retry | None):
             super().__init__(wrapped)
@@ -245,10 +264,16 @@ def _classes() -> dict:
             return None
 
         async def request(self, messages, model_settings, model_request_parameters):
-            async def send():
+            wrapped = self.wrapped
+
+            async def send(push):
                 try:
-                    response = await self.wrapped.request(messages, model_settings,
-                                                          model_request_parameters)
+                    if _streams(wrapped):
+                        response = await _streamed(wrapped, push, messages, model_settings,
+                                                   model_request_parameters)
+                    else:
+                        response = await wrapped.request(messages, model_settings,
+                                                         model_request_parameters)
                 except ModelHTTPError as exc:
                     if exc.status_code == 429 or exc.status_code >= 500:
                         raise TransientToolError(str(exc)) from exc
@@ -256,13 +281,47 @@ def _classes() -> dict:
                 return ModelMessagesTypeAdapter.dump_python([response], mode="json")[0]
 
             logged = self._turn.effect(
-                MODEL_REQUEST, send, (self.wrapped.model_name, fingerprint(messages),
+                MODEL_REQUEST, send, (wrapped.model_name, fingerprint(messages),
                                       len(messages)),
-                idempotent=True, retry=self._retry)
+                idempotent=True, retry=self._retry, stream=True)
             return ModelMessagesTypeAdapter.validate_python([logged])[0]
 
-        async def request_stream(self, *args, **kwargs):  # pragma: no cover - not offered
-            raise NotImplementedError("durable Pydantic AI agents do not stream yet")
+        @contextlib.asynccontextmanager
+        async def request_stream(self, messages, model_settings, model_request_parameters,
+                                 run_context=None):
+            # The step's loop waits for the effect (ctx.call is synchronous): the text
+            # streams to the run's viewers meanwhile; the SDK gets the response whole,
+            # its parts as events (on a replay, the logged response as one chunk).
+            response = await self.request(messages, model_settings, model_request_parameters)
+            yield CompletedStreamedResponse(response,
+                                            model_request_parameters=model_request_parameters,
+                                            replay_events=True)
+
+    def _streams(model) -> bool:
+        """Whether `model` answers `request_stream` (a model that does not is asked
+        without streaming)."""
+        while isinstance(model, WrapperModel) and \
+                type(model).request_stream is WrapperModel.request_stream:
+            model = model.wrapped
+        if type(model).request_stream is Model.request_stream:
+            return False
+        return not (isinstance(model, FunctionModel) and model.stream_function is None)
+
+    async def _streamed(model, push, messages, model_settings, model_request_parameters):
+        """The wrapped model's streamed request: its text pushed as it comes, its final
+        response returned (what `request` returns)."""
+        async with model.request_stream(messages, model_settings,
+                                        model_request_parameters) as streamed:
+            async for event in streamed:
+                if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
+                    text = event.part.content
+                elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
+                    text = event.delta.content_delta
+                else:
+                    continue
+                if text:
+                    push(text)
+            return streamed.get()
 
     @dataclasses.dataclass
     class DurableToolset(WrapperToolset):

@@ -22,7 +22,7 @@ from runs.durable import records as r
 from runs.durable.faults import faults
 from runs.durable.memory import MemoryStore
 from sandbox.openai_wire import parse_request
-from sandbox.scripted_llm import complete
+from sandbox.scripted_llm import complete, stream_chunks
 from tests import adapter_agents as agents
 from tests.durable.agents_for_tests import SimulatedCrash
 from tests.support.processes import ROOT
@@ -38,8 +38,14 @@ LEASE = 5.0
 
 
 def scripted(request: httpx.Request) -> httpx.Response:
-    return httpx.Response(200, json=complete(parse_request(json.loads(request.content)),
-                                             created=0))
+    chat = parse_request(json.loads(request.content))
+    completion = complete(chat, created=0)
+    if not chat.stream:
+        return httpx.Response(200, json=completion)
+    events = [f"data: {json.dumps(chunk)}\n\n"
+              for chunk in stream_chunks(completion, include_usage=chat.include_usage)]
+    return httpx.Response(200, headers={"content-type": "text/event-stream"},
+                          content="".join([*events, "data: [DONE]\n\n"]).encode())
 
 
 class Records:

@@ -24,7 +24,11 @@ def cluster_env(server, **extra) -> dict:
 # and a lease long enough that no load on the machine takes the uninterrupted run over
 # (CI saw a 2 s lease lost at a load of 25); the killed one's is expired at once by the
 # sweep, which sees its worker's process gone (AGENTOPS_DETECT_DEAD_LOCAL_WORKERS).
-ONE_RUN_PER_WORKER = {"AGENTOPS_RUNS_PER_WORKER": 1, "AGENTOPS_LEASE_SECONDS": 30}
+# Time slices as long: a run that yielded at a slice's end could be claimed next by the
+# other run's process, between the moment a test reads the victim's holder and the kill
+# (CI saw the uninterrupted run killed so).
+ONE_RUN_PER_WORKER = {"AGENTOPS_RUNS_PER_WORKER": 1, "AGENTOPS_LEASE_SECONDS": 30,
+                      "AGENTOPS_TIME_SLICE": 600, "AGENTOPS_UNCONTENDED_SLICE": 600}
 
 
 def launch(agent: str, inputs: dict) -> str:

@@ -274,22 +274,36 @@ def build_openai(base_url: str, transport=None):
 
 
 # --- the same agents run plainly by their SDKs (no engine): what a durable run must match ---
-async def plain_pydantic(agent, inputs: dict):
+async def plain_pydantic(agent, inputs: dict, *, streamed: bool = False):
+    """The agent run by its SDK alone. `streamed`: its model requests streamed (as a live
+    view of the answer needs, and as the durable adapter makes them)."""
     history = []
     for prompt in [inputs["prompt"], *inputs.get("follow_ups", [])]:
-        result = await agent.run(prompt, message_history=history, deps=deps(inputs))
+        result = await agent.run(prompt, message_history=history, deps=deps(inputs),
+                                 event_stream_handler=_ignore_events if streamed else None)
         history = result.all_messages()
     return result.output
 
 
-async def plain_openai(agent, inputs: dict):
+async def _ignore_events(run_context, events) -> None:
+    async for _event in events:
+        pass
+
+
+async def plain_openai(agent, inputs: dict, *, streamed: bool = False):
+    """As plain_pydantic, for an OpenAI Agents SDK agent."""
     from agents import RunConfig, Runner
 
     items, starting = None, agent
     for prompt in [inputs["prompt"], *inputs.get("follow_ups", [])]:
         items = [*items, {"role": "user", "content": prompt}] if items else prompt
-        result = await Runner.run(starting, items, context=deps(inputs),
-                                  run_config=RunConfig(tracing_disabled=True))
+        config = RunConfig(tracing_disabled=True)
+        if streamed:
+            result = Runner.run_streamed(starting, items, context=deps(inputs), run_config=config)
+            async for _event in result.stream_events():
+                pass
+        else:
+            result = await Runner.run(starting, items, context=deps(inputs), run_config=config)
         items, starting = result.to_input_list(), result.last_agent
     return result.final_output
 
@@ -314,3 +328,19 @@ def register(registry=None, transport=None, base_url=None) -> None:
 
 
 register()
+
+
+def scripted(request: httpx.Request) -> httpx.Response:
+    """The sandbox's scripted model (its real code) as an httpx transport's handler:
+    a completion, or its chunks as server-sent events when the request streams."""
+    from sandbox.openai_wire import parse_request
+    from sandbox.scripted_llm import complete, stream_chunks
+
+    chat = parse_request(json.loads(request.content))
+    completion = complete(chat, created=0)
+    if not chat.stream:
+        return httpx.Response(200, json=completion)
+    events = [f"data: {json.dumps(chunk)}\n\n"
+              for chunk in stream_chunks(completion, include_usage=chat.include_usage)]
+    return httpx.Response(200, headers={"content-type": "text/event-stream"},
+                          content="".join([*events, "data: [DONE]\n\n"]).encode())

@@ -26,6 +26,7 @@ from runs.durable.memory import MemoryStore
 from sandbox.openai_wire import parse_request
 from sandbox.scripted_llm import complete, stream_chunks, tokens
 from tests import adapter_agents as agents
+from tests.adapter_agents import scripted
 from tests.adapters.test_adapters import (
     INPUTS,
     Clock,
@@ -33,7 +34,6 @@ from tests.adapters.test_adapters import (
     crash_at,
     plain_answer,
     run_to_end,
-    scripted,
 )
 from tests.durable.agents_for_tests import SimulatedCrash
 

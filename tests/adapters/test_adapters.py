@@ -21,9 +21,8 @@ from runs.durable import AgentRegistry, Outcome, WorkerConfig, control, execute_
 from runs.durable import records as r
 from runs.durable.faults import faults
 from runs.durable.memory import MemoryStore
-from sandbox.openai_wire import parse_request
-from sandbox.scripted_llm import complete, stream_chunks
 from tests import adapter_agents as agents
+from tests.adapter_agents import scripted
 from tests.durable.agents_for_tests import SimulatedCrash
 from tests.support.processes import ROOT
 
@@ -35,17 +34,6 @@ INPUTS = {"prompt": "How many pages mention a boat?", "follow_ups": ["And the ol
 BUILD = {"test_pydantic": (agents.build_pydantic, agents.plain_pydantic),
          "test_openai": (agents.build_openai, agents.plain_openai)}
 LEASE = 5.0
-
-
-def scripted(request: httpx.Request) -> httpx.Response:
-    chat = parse_request(json.loads(request.content))
-    completion = complete(chat, created=0)
-    if not chat.stream:
-        return httpx.Response(200, json=completion)
-    events = [f"data: {json.dumps(chunk)}\n\n"
-              for chunk in stream_chunks(completion, include_usage=chat.include_usage)]
-    return httpx.Response(200, headers={"content-type": "text/event-stream"},
-                          content="".join([*events, "data: [DONE]\n\n"]).encode())
 
 
 class Records:

@@ -23,7 +23,7 @@ import sys
 import weakref
 
 CLOSE_SERVICE_RESTART = 4012
-CLOSE_WAIT_SECONDS = 1.0
+CLOSE_WAIT_SECONDS = 3.0  # a page replies at once; a loaded machine's browser took over 1 s
 
 _open: weakref.WeakSet = weakref.WeakSet()
 _installed = {"done": False}

@@ -31,7 +31,10 @@ from runs.observability import logs, metrics, tracing
 # Exceptions a call leaves by as it should: a failure for the step, a durable wait, in doubt.
 EXPECTED = (ToolFailedError, Suspend, InDoubtEffectError)
 OUTCOMES = {r.DONE: "done", r.ERROR: "error", r.RETRYING: "retrying", r.INTENT: "in_doubt"}
-ENDINGS_THAT_FLUSH = ("handed_off", "abandoned")
+# A deploy's hand-off and a failed store: the process may be about to exit. A run that
+# ended: its trace is complete now, whatever becomes of the process (the sentinel may
+# retire it), at the price of one export a finished run.
+ENDINGS_THAT_FLUSH = ("handed_off", "abandoned", "succeeded", "failed", "cancelled")
 
 
 class Observer(observe.Observer):
@@ -157,7 +160,7 @@ class SessionObserver(observe.SessionObserver):
             metrics.SESSIONS.labels(self.agent, outcome).inc()
         logs.unbind(self._tokens)
         if self.tracer is not None and outcome in ENDINGS_THAT_FLUSH:
-            tracing.flush()  # the process may be about to exit (a deploy's SIGTERM)
+            tracing.flush()
 
 
 class _Step:

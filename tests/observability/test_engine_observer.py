@@ -12,7 +12,7 @@ import time
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import REGISTRY
 
@@ -279,3 +279,23 @@ def test_tokens_and_cost_are_counted_once_per_logged_call_across_a_crash(traced)
     assert value("agentops_tokens_total", kind="output", **labels) - before["output"] == 8
     assert value("agentops_cost_usd_total", **labels) - before["cost"] == pytest.approx(0.030)
     assert store.get(run.id).usage["cost"] == pytest.approx(0.030)  # what the ledger says
+
+
+def test_a_run_that_ended_has_its_spans_exported_before_its_worker_moves_on():
+    """Batched as deployed (the processor's own schedule an hour away here): a worker
+    process may be retired right after a run ends; its trace must not wait for it."""
+    exporter = InMemorySpanExporter()
+    previous = observe.current()
+    tracing.use(BatchSpanProcessor(exporter, schedule_delay_millis=3_600_000))
+    install(links=MemoryTraceLinks())
+    WORLD.update(die_in=None, headers=[])
+    try:
+        store = MemoryStore()
+        run = control.launch(store, agent="observed", inputs={}, registry=REG)
+        config = WorkerConfig(owner="host:1:only", lease_seconds=5, slice_seconds=60)
+        assert execute_run(store, run.id, config, registry=REG) == Outcome.SUCCEEDED
+        names = [s.name for s in exporter.get_finished_spans()]
+        assert names.count(fetch.name) == 2 and risky.name in names
+    finally:
+        tracing.off()
+        observe.install(previous)

@@ -134,7 +134,7 @@ def test_launch_watch_leave_rejoin_and_survive_a_daphne_restart(users, server, s
     # restart Daphne under the open page: it is told the server restarts (not a dropped
     # connection), shows it is reconnecting, then catches up
     port = server.port
-    server.stop()
+    server.stop(timeout=30)  # a clean stop (a SIGKILL would be a 1006), however loaded
     page.wait_for_selector('#live-indicator[data-state="reconnecting"]', timeout=10_000)
     assert page.get_attribute("#live-indicator", "data-close-code") == \
         str(CLOSE_SERVICE_RESTART)

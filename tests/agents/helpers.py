@@ -25,10 +25,14 @@ def cluster_env(server, **extra) -> dict:
 # (CI saw a 2 s lease lost at a load of 25); the killed one's is expired at once by the
 # sweep, which sees its worker's process gone (AGENTOPS_DETECT_DEAD_LOCAL_WORKERS).
 # Time slices as long: a run that yielded at a slice's end could be claimed next by the
-# other run's process, between the moment a test reads the victim's holder and the kill
-# (CI saw the uninterrupted run killed so).
+# other run's process, between the moment a test reads the victim's holder and the kill.
+# And a long grace: each kill ends the cluster's generation, whose other worker hands the
+# uninterrupted run back at its next effect boundary (runs/worker/cluster/sentinel.py);
+# on a loaded machine that took longer than the default 20 s once, and the SIGKILL
+# after it made the uninterrupted run resume "after a crash" (CI saw both, PostgreSQL).
 ONE_RUN_PER_WORKER = {"AGENTOPS_RUNS_PER_WORKER": 1, "AGENTOPS_LEASE_SECONDS": 30,
-                      "AGENTOPS_TIME_SLICE": 600, "AGENTOPS_UNCONTENDED_SLICE": 600}
+                      "AGENTOPS_TIME_SLICE": 600, "AGENTOPS_UNCONTENDED_SLICE": 600,
+                      "AGENTOPS_SHUTDOWN_GRACE": 120}
 
 
 def launch(agent: str, inputs: dict) -> str:

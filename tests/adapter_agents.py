@@ -159,20 +159,17 @@ class _JournaledStream(httpx.AsyncByteStream):
 def _journal_events(body: bytes) -> bool:
     """Journal the message a stream's events add up to (its id, its tool calls' ids, its
     text), if it was read to its end."""
+    from builtin_agents.tools.llm import Reply
+
     events = [line[len(b"data: "):] for line in body.splitlines() if line.startswith(b"data: ")]
     if not events or events[-1] != b"[DONE]":
         return False  # cut short: never served whole
-    completion_id, content, calls = None, "", {}
-    for event in map(json.loads, events[:-1]):
-        completion_id = completion_id or event.get("id")
-        for choice in event.get("choices") or []:
-            delta = choice.get("delta") or {}
-            content += delta.get("content") or ""
-            for call in delta.get("tool_calls") or []:
-                if call.get("id"):
-                    calls[call["index"]] = call["id"]
-    _journal_message(completion_id, {"content": content,
-                                     "tool_calls": [{"id": calls[i]} for i in sorted(calls)]})
+    chunks = [json.loads(event) for event in events[:-1]]
+    reply = Reply()
+    for chunk in chunks:
+        reply.add(chunk)
+    completion_id = next((chunk["id"] for chunk in chunks if chunk.get("id")), None)
+    _journal_message(completion_id, reply.result()["message"])
     return True
 
 
@@ -285,9 +282,13 @@ async def plain_pydantic(agent, inputs: dict, *, streamed: bool = False):
     return result.output
 
 
-async def _ignore_events(run_context, events) -> None:
-    async for _event in events:
-        pass
+async def _ignore_events(run_context, events) -> int:
+    return await drained(events)
+
+
+async def drained(events) -> int:
+    """Read a stream of events to its end, as a live view would; how many there were."""
+    return len([event async for event in events])
 
 
 async def plain_openai(agent, inputs: dict, *, streamed: bool = False):
@@ -300,8 +301,7 @@ async def plain_openai(agent, inputs: dict, *, streamed: bool = False):
         config = RunConfig(tracing_disabled=True)
         if streamed:
             result = Runner.run_streamed(starting, items, context=deps(inputs), run_config=config)
-            async for _event in result.stream_events():
-                pass
+            await drained(result.stream_events())
         else:
             result = await Runner.run(starting, items, context=deps(inputs), run_config=config)
         items, starting = result.to_input_list(), result.last_agent

@@ -264,7 +264,7 @@ class RunContext:
         try:
             gates.check_attempt(self._session, tool, record, args, kwargs)
         except gates.Held:
-            self._retry_later(record, exc, 0.0)
+            _mark_retrying(record, exc, wake_at=time.time())
             self._session.log_effect(record)
             raise
 
@@ -330,9 +330,7 @@ class RunContext:
     def _retry_later(self, record: r.EffectRecord, exc: Exception, wait: float) -> Suspend:
         """Give the worker up until the next attempt is due: a durable timer."""
         wake_at = time.time() + wait
-        record.status, record.finished_at = r.RETRYING, None
-        record.error = error_data(exc, permanent=False)
-        record.result = {"wake_at": wake_at, "first_at": record.started_at, "wait": wait}
+        _mark_retrying(record, exc, wake_at=wake_at, wait=wait)
         return Suspend(wake_at=wake_at, reason=retry_reason(record), records=[record],
                        events=[])
 
@@ -476,6 +474,15 @@ class RunContext:
             idempotent=bool(tool and tool.idempotent), status=r.INTENT,
             args_preview=preview(args, kwargs), worker=self._session.owner,
         )
+
+
+def _mark_retrying(record: r.EffectRecord, exc: Exception, *, wake_at: float,
+                   wait: float = 0.0) -> None:
+    """The call's next attempt is due at `wake_at`: what the log says of a call between
+    two attempts (`_retry` makes the next one)."""
+    record.status, record.finished_at = r.RETRYING, None
+    record.error = error_data(exc, permanent=False)
+    record.result = {"wake_at": wake_at, "first_at": record.started_at, "wait": wait}
 
 
 def _tool_error(record: r.EffectRecord) -> ToolFailedError:

@@ -19,6 +19,7 @@ import time
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.sdk.trace import Event
 from opentelemetry.trace import Status, StatusCode
 
 from runs.durable import observe
@@ -87,16 +88,19 @@ class SessionObserver(observe.SessionObserver):
         run = session.run
         self.agent = run.agent
         self.metrics = owner.metrics_on
-        self.tracer = tracing.tracer()
+        self.pipeline = tracing.pipeline()
+        self.tracer = None if self.pipeline is None else self.pipeline.tracer
         self.started = time.time_ns()
         self.run_id = run.id
         self.epoch = session.epoch
         self.takeover = bool(session.crashed)
         self.worker = session.owner
         self.parent = None     # the claim span's context: the steps' parent
+        self.parent_span = None  # its span context: an effect's parent outside a step
         self.step_span = None
         self.step_context = None
-        self.effect_span = None
+        self.step_span_context = None
+        self.current_effect = None  # the call in progress (its span is recorded when it ends)
         self._tokens = logs.bind(run_id=run.id, branch=run.branch, worker=session.owner)
         if self.metrics:
             kind = "takeover" if self.takeover else "claim"
@@ -117,6 +121,7 @@ class SessionObserver(observe.SessionObserver):
                     "agentops.worker": self.worker, "agentops.takeover": self.takeover})
             span.end()
             self.parent = trace.set_span_in_context(span)
+            self.parent_span = span.get_span_context()
 
     def step(self, step_no: int, replaying: bool):
         return _Step(self, step_no, replaying)
@@ -127,21 +132,21 @@ class SessionObserver(observe.SessionObserver):
     def replayed(self, record: r.EffectRecord) -> None:
         if self.metrics:
             metrics.REPLAYED.labels(record.tool).inc()
-        if self.tracer is not None:
+        if self.pipeline is not None:
             now = time.time_ns()
-            span = self.tracer.start_span(record.tool, context=self.step_context or self.parent,
-                                          start_time=now, attributes=_effect_attributes(
-                                              self, record, replayed=True))
-            span.end(end_time=now)
+            parent = self.step_span_context or self.parent_span
+            self.pipeline.record(record.tool, self.pipeline.child_of(parent), parent,
+                                 kind=trace.SpanKind.CLIENT, start=now, end=now,
+                                 attributes=_effect_attributes(self, record, replayed=True))
 
     def attempt_failed(self, record, error, retry_in) -> None:
         if self.metrics and retry_in is not None:
             metrics.RETRIES.labels(record.tool).inc()
-        if self.effect_span is not None:
-            self.effect_span.add_event("attempt failed", {
+        if self.current_effect is not None:
+            self.current_effect.events.append(Event("attempt failed", {
                 "agentops.effect.attempt": record.attempts,
                 "exception.type": type(error).__name__, "exception.message": str(error)[:300],
-                "agentops.retry_in": -1.0 if retry_in is None else float(retry_in)})
+                "agentops.retry_in": -1.0 if retry_in is None else float(retry_in)}))
 
     def checkpoint(self, checkpoint: r.CheckpointRecord) -> None:
         if self.metrics:
@@ -179,6 +184,7 @@ class _Step:
                     "agentops.epoch": observer.epoch, "agentops.replaying": self.replaying})
             observer.step_span = self.span
             observer.step_context = trace.set_span_in_context(self.span)
+            observer.step_span_context = self.span.get_span_context()
         return self
 
     def __exit__(self, kind, exc, tb):
@@ -191,12 +197,13 @@ class _Step:
                 if isinstance(exc, Exception):
                     self.span.set_status(Status(StatusCode.ERROR, str(exc)[:300]))
             self.span.end()
-            observer.step_span = observer.step_context = None
+            observer.step_span = observer.step_context = observer.step_span_context = None
         return False
 
 
 class _Effect:
-    __slots__ = ("observer", "record", "began", "span", "tokens", "attached")
+    __slots__ = ("observer", "record", "began", "tokens", "context", "parent", "started",
+                 "events", "attached")
 
     def __init__(self, observer: SessionObserver, record: r.EffectRecord):
         self.observer, self.record = observer, record
@@ -205,14 +212,14 @@ class _Effect:
         observer = self.observer
         self.tokens = logs.bind(effect_key=self.record.key)
         self.began = time.perf_counter()
-        if observer.tracer is not None:
-            self.span = observer.tracer.start_span(
-                self.record.tool, context=observer.step_context or observer.parent,
-                kind=trace.SpanKind.CLIENT, attributes=_effect_attributes(
-                    observer, self.record, replayed=False))
-            observer.effect_span = self.span
+        if observer.pipeline is not None:
+            self.parent = observer.step_span_context or observer.parent_span
+            self.context = observer.pipeline.child_of(self.parent)
+            self.events = []
+            self.started = time.time_ns()
+            observer.current_effect = self
             # current while the tool runs: an HTTP tool sends it downstream
-            self.attached = otel_context.attach(trace.set_span_in_context(self.span))
+            self.attached = otel_context.attach(tracing.current_as(self.context))
         return self
 
     def __exit__(self, kind, exc, tb):
@@ -228,15 +235,18 @@ class _Effect:
                 time.perf_counter() - self.began)
             if outcome == "done" and record.usage:
                 _count_usage(observer.agent, record.usage)
-        if observer.tracer is not None:
+        if observer.pipeline is not None:
             otel_context.detach(self.attached)
-            span = self.span
-            span.set_attribute("agentops.effect.attempt", record.attempts)
-            span.set_attribute("agentops.effect.outcome", outcome)
+            observer.current_effect = None
+            attributes = _effect_attributes(observer, record, replayed=False)
+            attributes["agentops.effect.outcome"] = outcome
+            status = tracing.UNSET
             if outcome in ("error", "in_doubt"):
-                span.set_status(Status(StatusCode.ERROR, (record.error or {}).get("type", "")))
-            span.end()
-            observer.effect_span = None
+                status = Status(StatusCode.ERROR, (record.error or {}).get("type", ""))
+            observer.pipeline.record(record.tool, self.context, self.parent,
+                                     kind=trace.SpanKind.CLIENT, attributes=attributes,
+                                     events=self.events, status=status, start=self.started,
+                                     end=time.time_ns())
         logs.unbind(self.tokens)
         return False
 

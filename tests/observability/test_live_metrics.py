@@ -139,7 +139,10 @@ def test_metrics_follow_the_runs_through_a_worker_crash_and_an_in_doubt_effect(
         assert final.value("agentops_effects_replayed_total", tool=send_notification.name) == 1
         assert final.value("agentops_checkpoint_bytes_count") == \
             sum(Run.objects.get(pk=run_id).checkpoint_count for run_id in runs)
-        assert final.value("agentops_worker_processes", role="worker") == 2  # replaced
+        # the killed worker replaced: the heartbeat lists the new one when it next beats
+        wait_until(lambda: scrape(server.url).value("agentops_worker_processes",
+                                                     role="worker") == 2, 60,
+                   message="the killed worker's replacement in the heartbeat")
 
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         (ARTIFACTS / "samples.json").write_text(json.dumps(

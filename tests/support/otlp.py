@@ -25,8 +25,18 @@ def _value(any_value):
 
 
 class Collector:
-    def __init__(self):
+    """`keep=False`: count the spans received without keeping them (a benchmark's
+    collector stands for one on another host; what it does with spans is not the
+    worker's cost)."""
+
+    def __init__(self, keep: bool = True):
+        self.keep = keep
+        self.received = 0
         self.spans: list[dict] = []
+        self.bodies: list[bytes] = []  # each export request as it came (kept ones only)
+        # cleared: what arrives is kept but not answered until it is set (a hung collector)
+        self.answering = threading.Event()
+        self.answering.set()
         self.downstream: list[dict] = []
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -36,6 +46,7 @@ class Collector:
         self._thread.start()
 
     def close(self) -> None:
+        self.answering.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -50,6 +61,12 @@ class Collector:
     def _keep(self, body: bytes) -> None:
         request = ExportTraceServiceRequest()
         request.ParseFromString(body)
+        if not self.keep:
+            count = sum(len(scope_spans.spans) for resource_spans in request.resource_spans
+                        for scope_spans in resource_spans.scope_spans)
+            with self._lock:
+                self.received += count
+            return
         spans = []
         for resource_spans in request.resource_spans:
             resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
@@ -64,6 +81,8 @@ class Collector:
                         "pid": resource.get("process.pid"), "resource": resource})
         with self._lock:
             self.spans.extend(spans)
+            self.bodies.append(body)
+            self.received += len(spans)
 
     def _handler(self):
         collector = self
@@ -76,6 +95,7 @@ class Collector:
                     body = gzip.decompress(body)
                 if self.path == "/v1/traces":
                     collector._keep(body)
+                    collector.answering.wait()
                     self._answer(ExportTraceServiceResponse().SerializeToString(),
                                  "application/x-protobuf")
                 elif self.path.startswith("/downstream/"):
@@ -85,6 +105,14 @@ class Collector:
                                  "application/json")
                 else:
                     self.send_error(404)
+
+            def do_GET(self):
+                if self.path != "/received":
+                    self.send_error(404)
+                    return
+                with collector._lock:
+                    received = collector.received
+                self._answer(json.dumps({"spans": received}).encode(), "application/json")
 
             def _answer(self, body: bytes, content_type: str):
                 self.send_response(200)
@@ -102,7 +130,7 @@ class Collector:
 if __name__ == "__main__":  # a collector in a process of its own: prints its URL, serves
     import sys
 
-    collector = Collector()
+    collector = Collector(keep="--count" not in sys.argv)
     print(collector.url, flush=True)
     try:
         sys.stdin.read()  # until the parent closes our stdin

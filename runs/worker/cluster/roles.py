@@ -6,7 +6,8 @@ keeper of the cluster), its *sentinel* (django-q2's guard loop, ours in
 runs/worker/cluster/sentinel.py), and the sentinel's children: *worker*s that execute
 runs, the *pusher* that moves tasks from the broker to the local task queue and
 the *monitor* that saves task results. Under `manage.py worker` a *supervisor*
-sits above the main.
+sits above the main. With tracing on, a process that exports spans has an *exporter*
+child (runs/observability/export_process.py).
 
 The role is the first word of the process's name after "qcluster" (setproctitle
 writes it into the command line: "qcluster worker-2-3fa1 idle", "qcluster
@@ -25,9 +26,9 @@ try:
 except ModuleNotFoundError:  # optional for django-q2; a dependency of ours
     _setproctitle = None
 
-MAIN, SENTINEL, WORKER, PUSHER, MONITOR, SUPERVISOR = (
-    "main", "sentinel", "worker", "pusher", "monitor", "supervisor")
-ROLES = (MAIN, SENTINEL, WORKER, PUSHER, MONITOR, SUPERVISOR)
+MAIN, SENTINEL, WORKER, PUSHER, MONITOR, SUPERVISOR, EXPORTER = (
+    "main", "sentinel", "worker", "pusher", "monitor", "supervisor", "exporter")
+ROLES = (MAIN, SENTINEL, WORKER, PUSHER, MONITOR, SUPERVISOR, EXPORTER)
 PREFIX = "qcluster"
 
 

@@ -1,0 +1,198 @@
+"""Spans exported from a process of their own (runs/observability/export_process.py):
+what reaches the collector is byte for byte what the OTLP exporter sends in process,
+and the exporter process is replaced when it is killed, stopped or hung, ignores a
+SIGTERM meant for its parent's group, and ends when its parent does, forked or not."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from runs.observability import tracing
+from runs.observability.export_process import ProcessSpanExporter, decode, encode
+from tests.support.otlp import Collector
+from tests.support.processes import ROOT, _running, wait_until
+
+
+@pytest.fixture
+def collector():
+    collector = Collector()
+    yield collector
+    collector.close()
+
+
+@pytest.fixture
+def spans():
+    """Spans of both kinds the observer makes: through the SDK's tracer (with an event
+    and a link-free error status) and recorded whole (an effect span)."""
+    memory = InMemorySpanExporter()
+    tracing.use(SimpleSpanProcessor(memory))
+    pipeline = tracing.pipeline()
+    try:
+        step = pipeline.tracer.start_span("step 1", attributes={"agentops.step": 1})
+        step.add_event("attempt failed", {"exception.type": "Timeout", "retry_in": 0.5})
+        step.set_status(Status(StatusCode.ERROR, "Timeout"))
+        step.end()
+        parent = step.get_span_context()
+        for seq in range(3):
+            pipeline.record("fetch", pipeline.child_of(parent), parent, kind=SpanKind.CLIENT,
+                            attributes={"agentops.effect.key": f"run:1:1:{seq}",
+                                        "agentops.effect.replayed": seq == 2,
+                                        "agentops.effect.attempt": 1, "ratio": 0.25,
+                                        "tags": ("a", "b")},
+                            start=1_000 + seq, end=2_000 + seq)
+        yield memory.get_finished_spans()
+    finally:
+        tracing.off()
+
+
+def test_the_collector_receives_what_the_otlp_exporter_sends_in_process(collector, spans):
+    assert len(spans) == 4
+    url = f"{collector.url}/v1/traces"
+    assert OTLPSpanExporter(endpoint=url).export(spans) == SpanExportResult.SUCCESS
+    exporter = ProcessSpanExporter(url)
+    try:
+        assert exporter.export(spans) == SpanExportResult.SUCCESS
+        assert exporter.pid is not None and exporter.pid != os.getpid()
+    finally:
+        exporter.shutdown()
+    direct, through_process = collector.bodies
+    assert through_process == direct
+    assert [s["name"] for s in collector.snapshot()[4:]] == ["step 1", "fetch", "fetch", "fetch"]
+
+
+def test_a_frame_decodes_to_the_spans_it_was_made_of(spans):
+    again = decode(encode(spans))
+    fields = lambda s: (s.name, s.context, s.parent, s.kind, s.start_time, s.end_time,  # noqa: E731
+                        dict(s.attributes), [(e.name, dict(e.attributes), e.timestamp)
+                                             for e in s.events],
+                        s.status.status_code, s.status.description, s.resource,
+                        s.instrumentation_scope)
+    assert [fields(s) for s in again] == [fields(s) for s in spans]
+
+
+def test_a_killed_exporter_process_is_replaced_and_its_batch_sent_again(collector, spans):
+    exporter = ProcessSpanExporter(f"{collector.url}/v1/traces")
+    try:
+        exporter.start()
+        first = exporter.pid
+        collector.answering.clear()  # the batch reaches the collector, its answer does not
+        os.kill(first, signal.SIGKILL)
+        collector.answering.set()
+        assert exporter.export(spans) == SpanExportResult.SUCCESS
+        assert exporter.pid not in (None, first)
+        assert len(collector.bodies) == 1
+    finally:
+        exporter.shutdown()
+
+
+def test_a_batch_in_flight_when_its_exporter_process_dies_is_sent_again(collector, spans):
+    exporter = ProcessSpanExporter(f"{collector.url}/v1/traces")
+    try:
+        exporter.start()
+        first = exporter.pid
+        collector.answering.clear()
+        sent = {}
+        thread = threading.Thread(target=lambda: sent.update(result=exporter.export(spans)))
+        thread.start()
+        wait_until(lambda: len(collector.bodies) == 1, 30, message="the batch at the collector")
+        os.kill(first, signal.SIGKILL)  # in the middle of its export: no answer yet
+        wait_until(lambda: len(collector.bodies) == 2, 30, message="the batch sent again")
+        collector.answering.set()
+        thread.join(60)
+        assert sent["result"] == SpanExportResult.SUCCESS
+        assert collector.bodies[0] == collector.bodies[1]  # twice, never not at all
+        assert exporter.pid not in (None, first)
+    finally:
+        collector.answering.set()
+        exporter.shutdown()
+
+
+def test_a_stopped_exporter_process_does_not_stop_the_exports(collector, spans, monkeypatch):
+    """SIGSTOP: the batch's wait ends (the OTLP timeout twice, and a margin), the
+    stopped process is killed and another sends the batch."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "1")
+    exporter = ProcessSpanExporter(f"{collector.url}/v1/traces")
+    try:
+        exporter.start()
+        stopped = exporter.pid
+        os.kill(stopped, signal.SIGSTOP)
+        assert exporter.export(spans) == SpanExportResult.SUCCESS
+        assert exporter.pid not in (None, stopped)
+        assert not _running(stopped)
+        assert len(collector.bodies) == 1
+    finally:
+        exporter.shutdown()
+
+
+def test_a_sigterm_for_the_whole_group_leaves_the_exporter_process_to_its_parent(collector,
+                                                                               spans):
+    exporter = ProcessSpanExporter(f"{collector.url}/v1/traces")
+    try:
+        exporter.start()
+        pid = exporter.pid
+        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGINT)
+        assert exporter.export(spans) == SpanExportResult.SUCCESS
+        assert exporter.pid == pid
+    finally:
+        exporter.shutdown()
+    assert not _running(pid)
+
+
+PARENT = textwrap.dedent("""
+    import os, sys, time
+    from runs.observability.export_process import ProcessSpanExporter
+    exporter = ProcessSpanExporter(sys.argv[1])
+    exporter.start()
+    print("parent's exporter", exporter.pid, flush=True)
+    child = os.fork()
+    if child == 0:
+        sys.stdin.readline()  # once its parent is gone, it exports: through its own
+        exporter.start()
+        print("forked's exporter", exporter.pid, flush=True)
+        time.sleep(600)  # killed by the test
+        os._exit(0)
+    print("forked", child, flush=True)
+    time.sleep(600)  # killed by the test
+""")
+
+
+def test_the_exporter_process_ends_with_its_parent_even_when_the_parent_forked(collector):
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, f"{collector.url}/v1/traces"],
+                              cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    pids: dict[str, str] = {}
+    try:
+        pids.update(parent.stdout.readline().rsplit(" ", 1) for _ in range(2))
+        parents_exporter, forked = int(pids["parent's exporter"]), int(pids["forked"])
+        parent.kill()
+        parent.wait()
+        # the forked process holds nothing of its parent's exporter process
+        wait_until(lambda: not _running(parents_exporter), 30,
+                   message="the parent's exporter process to end")
+        assert _running(forked)
+        parent.stdin.write("export\n")
+        parent.stdin.flush()
+        pids.update([parent.stdout.readline().rsplit(" ", 1)])
+        childs_exporter = int(pids["forked's exporter"])
+        assert len({parent.pid, parents_exporter, childs_exporter, forked}) == 4
+        os.kill(forked, signal.SIGKILL)
+        wait_until(lambda: not _running(childs_exporter), 30,
+                   message="the forked process's exporter process to end")
+    finally:
+        parent.kill()
+        for pid in pids.values():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                continue

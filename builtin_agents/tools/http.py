@@ -20,6 +20,7 @@ import os
 import threading
 import time
 from email.utils import parsedate_to_datetime
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 
 import httpx
 from django.conf import settings
@@ -74,11 +75,16 @@ def sandbox_url() -> str:
 
 
 def client() -> httpx.Client:
-    """The process's client (keep-alive connections). A forked worker gets its own."""
+    """The process's client (keep-alive connections). A forked worker gets its own.
+
+    It keeps no cookies: the client serves the runs of every user in the process, so
+    a cookie one run's site set would go out with another run's requests."""
     pid = os.getpid()
     with _lock:
         if pid not in _clients:
-            _clients[pid] = httpx.Client(timeout=TIMEOUT, headers={"User-Agent": USER_AGENT})
+            _clients[pid] = httpx.Client(
+                timeout=TIMEOUT, headers={"User-Agent": USER_AGENT},
+                cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])))
         return _clients[pid]
 
 

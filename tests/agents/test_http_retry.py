@@ -1,9 +1,11 @@
 """How the built-in HTTP plumbing tells the retry policy what happened: status codes,
 Retry-After, and connections that were never made."""
 
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -43,6 +45,35 @@ def test_408_409_425_429_and_every_5xx_are_transient(status):
 def test_any_other_4xx_is_permanent(status):
     with pytest.raises(PermanentToolError):
         http.check(response(status))
+
+
+def test_a_cookie_one_run_was_given_is_not_sent_with_the_next_request():
+    """One client serves every run of a worker process: it must not carry a site's
+    cookie from one run's request to another's."""
+    seen = []
+
+    class Site(BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(self.headers.get("Cookie"))
+            self.send_response(200)
+            self.send_header("Set-Cookie", "session=run-a; Path=/")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args):
+            """Quiet: the test reads what arrived, not the log."""
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Site)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/page"
+        assert http.request("GET", url, idempotency_key="run-a:1:1:0").text == "ok"
+        assert http.request("GET", url, idempotency_key="run-b:1:1:0").text == "ok"
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen == [None, None]
 
 
 def test_the_message_names_the_status():

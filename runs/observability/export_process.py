@@ -34,8 +34,12 @@ import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
+from opentelemetry.trace.status import Status, StatusCode
 
 FRAME = struct.Struct("!I")
 OK, FAILED, READY = b"\x00", b"\x01", b"\x02"
@@ -92,12 +96,6 @@ def encode(spans: Sequence[ReadableSpan]) -> bytes:
 
 
 def decode(frame: bytes) -> list[ReadableSpan]:
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import Event
-    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-    from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
-    from opentelemetry.trace.status import Status, StatusCode
-
     def context(values):
         if values is None:
             return None
@@ -106,7 +104,8 @@ def decode(frame: bytes) -> list[ReadableSpan]:
                            TraceState(list(state)))
 
     resources_values, scopes_values, rows = marshal.loads(frame)
-    resources = [Resource(attributes, schema_url or None) for attributes, schema_url in resources_values]
+    resources = [Resource(attributes, schema_url or None)
+                 for attributes, schema_url in resources_values]
     scopes = [None if s is None else InstrumentationScope(s[0], s[1], s[2], s[3])
               for s in scopes_values]
     return [

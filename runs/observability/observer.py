@@ -97,9 +97,7 @@ class SessionObserver(observe.SessionObserver):
         self.worker = session.owner
         self.parent = None     # the claim span's context: the steps' parent
         self.parent_span = None  # its span context: an effect's parent outside a step
-        self.step_span = None
-        self.step_context = None
-        self.step_span_context = None
+        self.step_span_context = None  # the step's span: the parent of its effects
         self.current_effect = None  # the call in progress (its span is recorded when it ends)
         self._tokens = logs.bind(run_id=run.id, branch=run.branch, worker=session.owner)
         if self.metrics:
@@ -182,8 +180,6 @@ class _Step:
                 f"step {self.step_no}", context=observer.parent, attributes={
                     "agentops.run.id": observer.run_id, "agentops.step": self.step_no,
                     "agentops.epoch": observer.epoch, "agentops.replaying": self.replaying})
-            observer.step_span = self.span
-            observer.step_context = trace.set_span_in_context(self.span)
             observer.step_span_context = self.span.get_span_context()
         return self
 
@@ -197,7 +193,7 @@ class _Step:
                 if isinstance(exc, Exception):
                     self.span.set_status(Status(StatusCode.ERROR, str(exc)[:300]))
             self.span.end()
-            observer.step_span = observer.step_context = observer.step_span_context = None
+            observer.step_span_context = None
         return False
 
 

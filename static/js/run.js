@@ -254,6 +254,21 @@
     }
   });
 
+  // A live refresh of the question the form already asks leaves the form as the user has
+  // it: an answer being typed, or the field errors of one just refused, are not redrawn
+  // away by the events that follow the question (its status, another viewer's answer
+  // attempt). A new question, or no question any more, is drawn as usual.
+  document.body.addEventListener("htmx:oobBeforeSwap", (event) => {
+    const current = event.detail.target;
+    if (!current || current.id !== "panel-input" || !current.dataset.question) return;
+    const fragment = event.detail.fragment;
+    const incoming = fragment && (fragment.firstElementChild || fragment);
+    if (incoming && incoming.hasAttribute && incoming.hasAttribute("data-live") &&
+        incoming.dataset.question === current.dataset.question) {
+      event.detail.shouldSwap = false;
+    }
+  });
+
   // --- applying events ---------------------------------------------------------------------------
   function apply(ev) {
     const data = ev.data || {};

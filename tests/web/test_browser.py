@@ -177,6 +177,16 @@ def test_launch_watch_leave_rejoin_and_survive_a_daphne_restart(users, server, s
         restarted.stop()
 
 
+def refresh_panels(page, *names):
+    """What the page does when an event makes panels stale, done now and waited for."""
+    page.evaluate("""async (names) => {
+        const runPage = document.getElementById("run-page");
+        const query = names.map((n) => "p=" + encodeURIComponent(n)).join("&");
+        await htmx.ajax("GET", runPage.dataset.panelsUrl + "?" + query,
+                        {source: runPage, target: "#run-page", swap: "none"});
+    }""", list(names))
+
+
 def test_answer_a_question_the_run_asks(users, server, start_cluster, browser_context):
     start_cluster(workers=1)
     page = browser_context.new_page()
@@ -194,9 +204,19 @@ def test_answer_a_question_the_run_asks(users, server, start_cluster, browser_co
     assert page.inner_text("#panel-input .prompt") == "<i>Who</i> are you?"
     assert page.locator("#panel-input i, #event-log i").count() == 0
 
-    # a blank answer is refused next to its field, then a real one is taken
+    # a live refresh of the same question (as its status event brings) leaves an answer
+    # being typed as it is
+    page.fill("#id_answer-name", "Ada")
+    refresh_panels(page, "input")
+    assert page.input_value("#id_answer-name") == "Ada"
+
+    # a blank answer is refused next to its field, and the refusal stays through a live
+    # refresh; then a real answer is taken
+    page.fill("#id_answer-name", "")
     page.click("#panel-input button[type=submit]")
     page.wait_for_selector("#panel-input .field-error")
+    refresh_panels(page, "input")
+    assert page.locator("#panel-input .field-error").count() == 1
     page.fill("#id_answer-name", "Ada <b>Lovelace</b>")
     page.click("#panel-input button[type=submit]")
     page.wait_for_selector("#run-status .status-succeeded", timeout=20_000)

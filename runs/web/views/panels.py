@@ -28,7 +28,14 @@ def input_form(run, data=None) -> SchemaForm | None:
     return SchemaForm(run.attention.get("schema"), data=data, prefix="answer")
 
 
-def panel_context(run, name: str, *, form=None, error: str = "") -> dict:
+def question_of(run) -> str:
+    """Which question a run waits on: its place in the run's log."""
+    attention = run.attention or {}
+    return f"{run.branch}:{attention.get('step_no')}:{attention.get('seq')}"
+
+
+def panel_context(run, name: str, *, form=None, error: str = "", live: bool = False) -> dict:
+    """`live`: drawn for the page's live refresh (partials.py), not in answer to a form."""
     if name == "stats":
         return {"current_step": selectors.run_current_step(run)}
     if name == "actions":
@@ -40,6 +47,7 @@ def panel_context(run, name: str, *, form=None, error: str = "") -> dict:
         # A chat run takes its answers as messages, in the conversation (runs/chat/).
         chat_wait = waiting_for_input(run) and conversation_key(run) is not None
         return {"waiting_input": waiting_for_input(run) and not chat_wait,
+                "question": question_of(run), "live": live,
                 "form": form if form is not None else input_form(run),
                 "prompt": (run.attention or {}).get("prompt", ""), "input_error": error,
                 "waiting": run.attention if run.status == r.WAITING and not chat_wait else None}

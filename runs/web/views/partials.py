@@ -23,7 +23,8 @@ def run_panels(request, run_id: str):
     """`?p=effects&p=timeline`: those panels, each marked hx-swap-oob."""
     run = selectors.run_get_for_user(request.user, run_id)
     names = [name for name in request.GET.getlist("p") if name in PANELS] or list(PANELS)
-    response = HttpResponse(render_panels(request, run, dict.fromkeys(names), oob=True))
+    response = HttpResponse(render_panels(request, run, dict.fromkeys(names), oob=True,
+                                          input={"live": True}))
     response["Cache-Control"] = "no-store"
     return response
 

@@ -64,7 +64,9 @@
   // A live redraw must not take what the operator is typing: the controls re-rendered
   // under a half-typed reason would send the next click with the reason empty (the
   // browser then refuses the required field and nothing happens). What was changed in
-  // a form is kept, by form id and field name, into the form as redrawn.
+  // a form is kept, by form id and field name, into the form as redrawn: at once, in
+  // the same task as the swap (on settle, 20 ms later, a click could land in between on
+  // the empty field).
   let typed = [];
   document.body.addEventListener("htmx:beforeSwap", () => {
     typed = [];
@@ -76,7 +78,7 @@
                   focused: el === document.activeElement});
     });
   });
-  document.body.addEventListener("htmx:afterSettle", () => {
+  document.body.addEventListener("htmx:afterSwap", () => {
     typed.forEach((field) => {
       const form = document.getElementById(field.form);
       if (!form) return;

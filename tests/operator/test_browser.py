@@ -132,3 +132,29 @@ def test_operator_flow_in_a_browser(operator_page, server, start_cluster, faults
     page.wait_for_selector(f'{working} tr[data-role="worker"][data-alive="no"]')
     assert page.locator(f'{working} tr[data-role="worker"][data-alive="yes"]').count() >= 2
     screenshot(page, "workers-page")
+
+
+def test_a_redraw_of_the_controls_keeps_the_reason_being_typed_from_the_first_moment(
+        operator_page, server, users):
+    """The controls are redrawn when the run's course changes (here: asked for with a
+    stale token, as after a status change). The half-typed reason is back in the new
+    field in the same task as the swap: a click can never meet it empty."""
+    page = operator_page
+    run = services.run_launch(user=users["alice"], agent="ask", inputs={"question": "Who?"})
+    page.goto(f"{server.url}/ops/runs/{run.pk}/")
+    page.fill('#action-form input[name="reason"]', "half a reas")
+    seen = page.evaluate("""async () => {
+        const poller = document.getElementById("run-poller");
+        const old = document.querySelector('#action-form input[name="reason"]');
+        const seen = [];
+        // registered after the page's own listeners: it runs after them, before settling
+        document.body.addEventListener("htmx:afterSwap", () => {
+            const field = document.querySelector('#action-form input[name="reason"]');
+            seen.push([field !== old, field.value]);
+        });
+        await htmx.ajax("GET", poller.dataset.opsUrl.replace(/token=[^&]*/, "token="),
+                        {source: poller, target: poller, swap: "outerHTML"});
+        return seen;
+    }""")
+    assert seen and seen[0] == [True, "half a reas"]
+    assert page.input_value('#action-form input[name="reason"]') == "half a reas"

@@ -123,11 +123,25 @@ def pipeline() -> Pipeline | None:
     return _state["pipeline"]
 
 
-def flush(timeout_seconds: float = 2.0) -> None:
-    """Export what is buffered now: before a process hands its runs off and exits."""
+def flush(timeout_seconds: float = 2.0) -> bool:
+    """Export what is buffered now (a run ended, a process hands its runs off and
+    exits), waiting at most `timeout_seconds`; True if it was all exported by then.
+
+    The SDK's batch processor does not bound its own flush (it waits for the exporter,
+    up to twice the OTLP timeout and more for a hung exporter process): the flush runs
+    on a thread of its own and goes on there past the wait, so that a collector or an
+    exporter process that does not answer never holds the run's thread for long."""
     provider = _state["provider"]
-    if provider is not None:
+    if provider is None:
+        return True
+    exported = threading.Event()
+
+    def export() -> None:
         provider.force_flush(int(timeout_seconds * 1000))
+        exported.set()
+
+    threading.Thread(target=export, name="span flush", daemon=True).start()
+    return exported.wait(timeout_seconds)
 
 
 def current_as(span_context: SpanContext) -> Context:

@@ -14,7 +14,11 @@ import threading
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExportResult,
+)
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -196,3 +200,25 @@ def test_the_exporter_process_ends_with_its_parent_even_when_the_parent_forked(c
                 os.kill(int(pid), signal.SIGKILL)
             except ProcessLookupError:
                 continue
+
+
+def test_a_flush_waits_for_a_stopped_exporter_process_no_longer_than_asked(collector, spans):
+    """A run's end flushes its spans; an exporter process that does not answer (here
+    SIGSTOPped) must not hold the run's thread for the exporter's whole timeout."""
+    exporter = ProcessSpanExporter(f"{collector.url}/v1/traces")
+    exporter.start()
+    tracing.use(BatchSpanProcessor(exporter, schedule_delay_millis=3_600_000))
+    stopped = exporter.pid
+    try:
+        for span in spans:
+            tracing.pipeline().processor.on_end(span)
+        os.kill(stopped, signal.SIGSTOP)
+        assert tracing.flush(timeout_seconds=0.5) is False  # not exported, not waited for
+        assert collector.bodies == []
+        os.kill(stopped, signal.SIGCONT)
+        # the flush went on by itself: the spans arrive once the process answers again
+        wait_until(lambda: len(collector.bodies) == 1, 60, message="the flushed batch")
+        assert tracing.flush() is True
+    finally:
+        os.kill(stopped, signal.SIGCONT)
+        tracing.off()

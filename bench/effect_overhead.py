@@ -113,12 +113,13 @@ def main(effects: int = 1000, repeats: int = 20):
             # the floor's table was made and dropped
             for mode in MODES[repeat % len(MODES):] + MODES[:repeat % len(MODES)]:
                 observe_as(mode)
-                before = received()
+                traced = mode in ("tracing", "both")
+                before = received() if traced else 0
                 run = control.launch(store, agent="bench-effects", inputs={"n": effects},
                                      registry=registry)
                 assert execute_run(store, run.id, config, registry=registry) == "succeeded"
                 ours[mode].append(timings[run.id] / effects)
-                if mode in ("tracing", "both"):
+                if traced:
                     tracing.flush()
                     exported.append(received() - before)
     finally:

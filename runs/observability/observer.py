@@ -124,6 +124,10 @@ class SessionObserver(observe.SessionObserver):
     def step(self, step_no: int, replaying: bool):
         return _Step(self, step_no, replaying)
 
+    def effect_parent(self):
+        """The span an effect's span goes under: its step's, else the claim's."""
+        return self.step_span_context or self.parent_span
+
     def effect(self, record: r.EffectRecord):
         return _Effect(self, record)
 
@@ -132,7 +136,7 @@ class SessionObserver(observe.SessionObserver):
             metrics.REPLAYED.labels(record.tool).inc()
         if self.pipeline is not None:
             now = time.time_ns()
-            parent = self.step_span_context or self.parent_span
+            parent = self.effect_parent()
             self.pipeline.record(record.tool, self.pipeline.child_of(parent), parent,
                                  kind=trace.SpanKind.CLIENT, start=now, end=now,
                                  attributes=_effect_attributes(self, record, replayed=True))
@@ -209,7 +213,7 @@ class _Effect:
         self.tokens = logs.bind(effect_key=self.record.key)
         self.began = time.perf_counter()
         if observer.pipeline is not None:
-            self.parent = observer.step_span_context or observer.parent_span
+            self.parent = observer.effect_parent()
             self.context = observer.pipeline.child_of(self.parent)
             self.events = []
             self.started = time.time_ns()

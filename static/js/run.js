@@ -261,9 +261,9 @@
   document.body.addEventListener("htmx:oobBeforeSwap", (event) => {
     const current = event.detail.target;
     if (!current || current.id !== "panel-input" || !current.dataset.question) return;
-    const fragment = event.detail.fragment;
-    const incoming = fragment && (fragment.firstElementChild || fragment);
-    if (incoming && incoming.hasAttribute && incoming.hasAttribute("data-live") &&
+    // an outerHTML swap: the fragment holds the panel as drawn
+    const incoming = event.detail.fragment.firstElementChild;
+    if (incoming && incoming.hasAttribute("data-live") &&
         incoming.dataset.question === current.dataset.question) {
       event.detail.shouldSwap = false;
     }

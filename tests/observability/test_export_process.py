@@ -25,7 +25,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from runs.observability import tracing
 from runs.observability.export_process import ProcessSpanExporter, decode, encode
 from tests.support.otlp import Collector
-from tests.support.processes import ROOT, _running, wait_until
+from tests.support.processes import ROOT, is_running, wait_until
 
 
 @pytest.fixture
@@ -133,7 +133,7 @@ def test_a_stopped_exporter_process_does_not_stop_the_exports(collector, spans, 
         os.kill(stopped, signal.SIGSTOP)
         assert exporter.export(spans) == SpanExportResult.SUCCESS
         assert exporter.pid not in (None, stopped)
-        assert not _running(stopped)
+        assert not is_running(stopped)
         assert len(collector.bodies) == 1
     finally:
         exporter.shutdown()
@@ -151,7 +151,7 @@ def test_a_sigterm_for_the_whole_group_leaves_the_exporter_process_to_its_parent
         assert exporter.pid == pid
     finally:
         exporter.shutdown()
-    assert not _running(pid)
+    assert not is_running(pid)
 
 
 PARENT = textwrap.dedent("""
@@ -182,16 +182,16 @@ def test_the_exporter_process_ends_with_its_parent_even_when_the_parent_forked(c
         parent.kill()
         parent.wait()
         # the forked process holds nothing of its parent's exporter process
-        wait_until(lambda: not _running(parents_exporter), 30,
+        wait_until(lambda: not is_running(parents_exporter), 30,
                    message="the parent's exporter process to end")
-        assert _running(forked)
+        assert is_running(forked)
         parent.stdin.write("export\n")
         parent.stdin.flush()
         pids.update([parent.stdout.readline().rsplit(" ", 1)])
         childs_exporter = int(pids["forked's exporter"])
         assert len({parent.pid, parents_exporter, childs_exporter, forked}) == 4
         os.kill(forked, signal.SIGKILL)
-        wait_until(lambda: not _running(childs_exporter), 30,
+        wait_until(lambda: not is_running(childs_exporter), 30,
                    message="the forked process's exporter process to end")
     finally:
         parent.kill()

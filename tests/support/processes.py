@@ -147,7 +147,7 @@ class Cluster(Managed):
         """Live processes of this cluster in a role (main, sentinel, worker, pusher,
         monitor): each writes a file role-pid when it starts (runs/worker/cluster/roles.py)."""
         pids = [int(p.name.split("-")[1]) for p in self.pid_dir.glob(f"{role}-*")]
-        return [pid for pid in pids if _running(pid)]
+        return [pid for pid in pids if is_running(pid)]
 
     def worker_pids(self) -> list[int]:
         return self.role_pids("worker")
@@ -183,7 +183,8 @@ class Cluster(Managed):
             return []
 
 
-def _running(pid: int) -> bool:
+def is_running(pid: int) -> bool:
+    """Alive: neither gone nor a zombie waiting to be reaped."""
     try:
         return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
     except psutil.NoSuchProcess:

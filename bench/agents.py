@@ -10,7 +10,7 @@ overhead (below): the crawl agent with the engine against the same crawl without
 concurrency: the crawl at 20 ms a page, its batch of 40 fetched with ctx.map at
 max_concurrency 1 (the baseline: one page at a time, as before ctx.map) and 8, on
 the engine with the store and connection pool of a worker process, the site served
-by bench/site_server.py (Daphne's own CPU a page would cap the figure: see there);
+by bench/site_server.py (a remote site's CPU is not on the crawler's machine: see there);
 pages/s of each and the ratio (target: at least 6x).
 
 stream: a streaming tool's chunks, from their arrival at the worker (the moment the

@@ -1,100 +1,137 @@
-"""The sandbox as a remote site for the benchmarks: Django's WSGI handler (the whole
-middleware stack, the sandbox's own views and templates) behind a threaded HTTP/1.1
-server with keep-alive, in a process of its own.
+"""The sandbox's generated site as a remote site for the benchmarks: its pages, as the
+sandbox's views answer them (``sandbox.views.site.page_answer``, the same templates),
+served by an asyncio HTTP/1.1 server with keep-alive in a process of its own.
 
     python -m bench.site_server            prints its URL, serves until stdin closes
 
-Why not Daphne, as the Procfile runs the app: on a 2-core machine Daphne's ASGI path
-(a sync view behind sync middleware is three thread hand-offs per request) costs
-about 5 ms of CPU a page, so at 8 pages in flight the *server* is what the crawl
-measures (156 pages/s at most, measured with no engine at all). A site's speed is
-not the engine's; this server spends less of the shared CPU per page, so that the
-crawl's own concurrency is what the figure shows.
+Why not the app's own server: a remote site's CPU is not on the crawler's machine, and
+on a 2-core machine the site's CPU a page is what a crawl at 8 pages in flight would
+measure. Daphne (a sync view behind sync middleware is three thread hand-offs a
+request) costs about 5 ms of CPU a page, Django's WSGI handler behind a threaded
+server about 3 ms; this server costs under 1 ms (the page's content and template),
+because it leaves out what a page of a remote site costs only the remote machine:
+the middleware stack, a thread a request and a database read a request (the site's
+generation is read at most every GENERATION_SECONDS, as a cache in front of a site
+would; the benchmarks do not change it while they crawl). A page's latency is an
+asyncio sleep, so 8 pages in flight are 8 timers, not 8 threads.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
-import signal
-import socketserver
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+import time
+from http import HTTPStatus
+from types import SimpleNamespace
+from urllib.parse import unquote, urlsplit
 
-THREADS = 64  # a kept-alive connection holds its thread: more than the crawl opens
-PROCESSES = int(os.environ.get("BENCH_SITE_PROCESSES", "2"))
-
-
-class KeepAliveHandler(WSGIRequestHandler):
-    protocol_version = "HTTP/1.1"
-    # headers and body leave in separate writes: with Nagle's algorithm on, the body
-    # waits for the client's delayed ACK (40 ms a request)
-    disable_nagle_algorithm = True
-
-    def log_message(self, *args):
-        """No line per request: thousands a second would be the benchmark's noise."""
-
-    def handle(self):
-        # wsgiref answers one request a connection; loop as BaseHTTPRequestHandler does
-        self.close_connection = True
-        self.handle_one_request()
-        while not self.close_connection:
-            self.handle_one_request()
-
-    def handle_one_request(self):
-        from wsgiref.simple_server import ServerHandler
-
-        self.raw_requestline = self.rfile.readline(65537)
-        if not self.raw_requestline or len(self.raw_requestline) > 65536:
-            self.close_connection = True
-            return
-        if not self.parse_request():
-            return
-        handler = ServerHandler(self.rfile, self.wfile, self.get_stderr(), self.get_environ(),
-                                multithread=True)
-        handler.http_version = "1.1"
-        handler.request_handler = self
-        handler.run(self.server.get_app())
+GENERATION_SECONDS = 1.0
+MAX_REQUEST_BYTES = 65536
 
 
-class PooledWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
-    """Requests on a fixed pool of threads (each keeps its database connection)."""
+class Site:
+    """The routes of the sandbox's site that the crawl asks for."""
 
-    daemon_threads = True
+    def __init__(self):
+        from django.http import QueryDict
+        from django.urls import reverse
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.pool = ThreadPoolExecutor(THREADS, thread_name_prefix="site")
+        self.query_dict = QueryDict
+        self.page_prefix = reverse("sandbox:site_page", args=[0])[:-1]
+        self.generation_path = reverse("sandbox:site_generation")
+        self._generation, self._read_at = 0, float("-inf")
 
-    def process_request(self, request, client_address):
-        self.pool.submit(self.process_request_thread, request, client_address)
+    def generation(self) -> int:
+        from sandbox import selectors
+
+        if time.monotonic() - self._read_at >= GENERATION_SECONDS:
+            self._generation, self._read_at = selectors.current_generation(), time.monotonic()
+        return self._generation
+
+    async def answer(self, target: str) -> tuple[int, str, bytes]:
+        from django.template.loader import render_to_string
+
+        from sandbox import services
+        from sandbox.errors import SandboxError
+        from sandbox.http import int_param
+        from sandbox.views import site as views
+
+        path, _, query = target.partition("?")
+        path = unquote(urlsplit(path).path)
+        request = SimpleNamespace(GET=self.query_dict(query), headers={})
+        try:
+            pages, latency_ms, error_rate = views.request_params(request)
+            if path == self.generation_path:
+                since = int_param(request, "since", 0, low=0, high=10**9)
+                body = views.generation_answer(pages, since, self.generation())
+                return 200, "application/json", json.dumps(body).encode()
+            number = path.removeprefix(self.page_prefix)
+            if not path.startswith(self.page_prefix) or not number.isdigit():
+                return 404, "text/plain", b"not a page of the site\n"
+            await asyncio.sleep(latency_ms / 1000)
+            template, context, status = views.page_answer(
+                int(number), pages, error_rate, query,
+                generation=self.generation, hit=services.page_hit)
+        except SandboxError as error:
+            return error.status, "application/json", json.dumps(error.as_body()).encode()
+        return status, "text/html; charset=utf-8", render_to_string(template, context).encode()
+
+
+async def serve_connection(site: Site, reader: asyncio.StreamReader,
+                           writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+                return
+            lines = head.decode("latin-1").split("\r\n")
+            method, target, _version = (lines[0].split(" ") + ["", "", ""])[:3]
+            headers = {k.strip().lower(): v.strip() for k, _, v in
+                       (line.partition(":") for line in lines[1:] if line)}
+            if method != "GET" or "content-length" in headers:
+                status, kind, body = 405, "text/plain", b"GET only\n"
+            else:
+                status, kind, body = await site.answer(target)
+            close = headers.get("connection", "").lower() == "close"
+            writer.write(
+                f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+                f"Content-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+                f"{'Connection: close' if close else 'Connection: keep-alive'}\r\n\r\n"
+                .encode("latin-1") + body)
+            await writer.drain()
+            if close or status == 405:
+                return
+    finally:
+        writer.close()
+
+
+async def serve() -> None:
+    site = Site()
+    server = await asyncio.start_server(
+        lambda r, w: serve_connection(site, r, w), "127.0.0.1", 0, limit=MAX_REQUEST_BYTES)
+    port = server.sockets[0].getsockname()[1]
+    print(f"http://127.0.0.1:{port}", flush=True)
+    stdin_closed = asyncio.get_running_loop().create_future()
+    loop = asyncio.get_running_loop()
+    # until the benchmark closes stdin
+    threading.Thread(target=lambda: (sys.stdin.read(), loop.call_soon_threadsafe(
+        stdin_closed.set_result, None)), daemon=True).start()
+    await stdin_closed
 
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
+    # The site's database reads (its generation, once a second; a flaky page's hit count)
+    # run on the event loop: a stand-in site, not a server for users.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     import django
-    from django.core.handlers.wsgi import WSGIHandler
 
     django.setup()
-    server = PooledWSGIServer(("127.0.0.1", 0), KeepAliveHandler)
-    server.set_app(WSGIHandler())
-    # Processes that accept on the one socket: one Python process's GIL would queue
-    # the pages' CPU (about 1.5 ms each) behind one another.
-    children = []
-    for _ in range(PROCESSES - 1):
-        pid = os.fork()
-        if pid == 0:
-            server.serve_forever()
-            os._exit(0)
-        children.append(pid)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    print(f"http://127.0.0.1:{server.server_address[1]}", flush=True)
-    sys.stdin.read()  # until the benchmark closes it
-    for pid in children:
-        os.kill(pid, signal.SIGKILL)
-    # the pool's threads sit in kept-alive connections' reads: nothing to wait for
-    os._exit(0)
+    asyncio.run(serve())
 
 
 if __name__ == "__main__":

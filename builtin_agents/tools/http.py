@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from email.utils import parsedate_to_datetime
-from http.cookiejar import CookieJar, DefaultCookiePolicy
+from http.cookiejar import CookieJar
 
 import httpx
 from django.conf import settings
@@ -74,6 +74,16 @@ def sandbox_url() -> str:
     return settings.AGENTOPS["SANDBOX_URL"].rstrip("/")
 
 
+class NoCookies(CookieJar):
+    """A cookie jar that keeps nothing: a response's cookies are not even read."""
+
+    def extract_cookies(self, response, request):
+        """Nothing is kept, so nothing is parsed (a response's headers, every request)."""
+
+    def set_cookie(self, cookie):
+        """Nothing is kept."""
+
+
 def client() -> httpx.Client:
     """The process's client (keep-alive connections). A forked worker gets its own.
 
@@ -84,7 +94,7 @@ def client() -> httpx.Client:
         if pid not in _clients:
             _clients[pid] = httpx.Client(
                 timeout=TIMEOUT, headers={"User-Agent": USER_AGENT},
-                cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])))
+                cookies=NoCookies())
         return _clients[pid]
 
 

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import psutil
-from django.conf import settings as django_settings
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,8 +54,10 @@ def process_env(**extra) -> dict:
     env.setdefault("AGENTOPS_AGENT_MODULES", "tests.workload_agents")
     env["PYTHONPATH"] = str(ROOT)
     # This process's own (tests/support/settings.py under pytest): a password hash made
-    # here must not look outdated to a child, which would re-hash it at a login.
-    env["DJANGO_SETTINGS_MODULE"] = django_settings.SETTINGS_MODULE
+    # here must not look outdated to a child, which would re-hash it at a login. Read
+    # from the environment Django was set up from: under override_settings (as the live
+    # server fixture holds) the settings object names no module.
+    env["DJANGO_SETTINGS_MODULE"] = os.environ["DJANGO_SETTINGS_MODULE"]
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

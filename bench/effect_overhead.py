@@ -44,6 +44,13 @@ def collector():
     return proc, proc.stdout.readline().strip()
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time a process has used (user + system), from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main(effects: int = 1000, repeats: int = 20):
     url = setup_django()
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -70,7 +77,7 @@ def main(effects: int = 1000, repeats: int = 20):
     def noop(i, *, idempotency_key):
         return i
 
-    timings = {}
+    timings, cpu = {}, {}
 
     @agent("bench-effects", registry=registry)
     class Effects(Agent):
@@ -78,10 +85,11 @@ def main(effects: int = 1000, repeats: int = 20):
             return {"n": inputs["n"]}
 
         def step(self, ctx, state):
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             for i in range(state["n"]):
                 ctx.call(noop, i)
             timings[ctx.run_id] = time.perf_counter() - start
+            cpu[ctx.run_id] = time.process_time() - cpu_start  # every thread of the process
             return Done({"n": state["n"]})
 
     otlp, endpoint = collector()
@@ -90,8 +98,9 @@ def main(effects: int = 1000, repeats: int = 20):
         with urllib.request.urlopen(f"{endpoint}/received", timeout=10) as answer:
             return json.load(answer)["spans"]
 
-    def observe_as(mode: str) -> None:
+    def observe_as(mode: str) -> ProcessSpanExporter | None:
         tracing.off()  # exports what the last mode left, then shuts its processor down
+        exporter = None
         if mode in ("tracing", "both"):
             # started now, as in a worker that has been tracing for a while
             exporter = ProcessSpanExporter(f"{endpoint}/v1/traces")
@@ -101,27 +110,34 @@ def main(effects: int = 1000, repeats: int = 20):
             observe.install(observe.Observer())
         else:
             install(metrics_on=mode in ("metrics", "both"))
+        return exporter
 
     store = database_store()
     config = WorkerConfig(owner="bench", lease_seconds=60, slice_seconds=1e9)
     floors, ours = [], {mode: [] for mode in MODES}
+    ours_cpu = {mode: [] for mode in MODES}
     exported = []  # spans the collector received per traced run
+    exporter_cpu = []  # the exporter process's CPU per span it exported, per traced run
     try:
         for repeat in range(repeats):
             floors.append(raw_insert_floor(url, effects))
             # each mode first, second, ... in turn: no mode always runs right after
             # the floor's table was made and dropped
             for mode in MODES[repeat % len(MODES):] + MODES[:repeat % len(MODES)]:
-                observe_as(mode)
-                traced = mode in ("tracing", "both")
+                exporter = observe_as(mode)
+                traced = exporter is not None
                 before = received() if traced else 0
+                exporter_before = cpu_seconds(exporter.pid) if traced else 0.0
                 run = control.launch(store, agent="bench-effects", inputs={"n": effects},
                                      registry=registry)
                 assert execute_run(store, run.id, config, registry=registry) == "succeeded"
                 ours[mode].append(timings[run.id] / effects)
+                ours_cpu[mode].append(cpu[run.id] / effects)
                 if traced:
                     tracing.flush()
                     exported.append(received() - before)
+                    exporter_cpu.append((cpu_seconds(exporter.pid) - exporter_before)
+                                        / exported[-1])
     finally:
         observe_as("bare")
         otlp.stdin.close()
@@ -149,6 +165,16 @@ def main(effects: int = 1000, repeats: int = 20):
               f"max {max(values) * 1000:.3f})  {statistics.median(ratios):.3f}x off "
               f"(middle half of the repeats {ratios[quarter]:.3f}-{ratios[-quarter - 1]:.3f}x), "
               f"+{(per_effect[mode] - off) * 1e6:.0f} us")
+    # CPU time is steadier than wall time on a shared machine (a host's other tenants
+    # stretch the wall time of a repeat by a fifth either way; its CPU time hardly moves)
+    cpu_off = statistics.median(ours_cpu["off"])
+    print("CPU of the worker process (every thread), median of the repeats:")
+    for mode in MODES:
+        median = statistics.median(ours_cpu[mode])
+        print(f"  {mode:8s} {median * 1e6:6.1f} us/effect  +{(median - cpu_off) * 1e6:.1f} us "
+              f"({median / cpu_off:.3f}x off)")
+    print(f"CPU of the exporter process: {statistics.median(exporter_cpu) * 1e6:.1f} us a span "
+          "(median of the traced runs; at the lowest priority)")
     print(f"spans exported per traced run: {min(exported)} to {max(exported)} "
           f"(its {effects} effects, a step, a claim, a launch)")
     assert min(exported) >= effects, "a traced run's effect spans did not all arrive"

@@ -69,7 +69,7 @@ class Site:
                 body = views.generation_answer(pages, since, self.generation())
                 return 200, "application/json", json.dumps(body).encode()
             number = path.removeprefix(self.page_prefix)
-            if not path.startswith(self.page_prefix) or not number.isdigit():
+            if not path.startswith(self.page_prefix) or not (number.isascii() and number.isdigit()):
                 return 404, "text/plain", b"not a page of the site\n"
             await asyncio.sleep(latency_ms / 1000)
             template, context, status = views.page_answer(

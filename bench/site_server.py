@@ -115,9 +115,8 @@ async def serve() -> None:
         lambda r, w: serve_connection(site, r, w), "127.0.0.1", 0, limit=MAX_REQUEST_BYTES)
     port = server.sockets[0].getsockname()[1]
     print(f"http://127.0.0.1:{port}", flush=True)
-    stdin_closed = asyncio.get_running_loop().create_future()
     loop = asyncio.get_running_loop()
-    # until the benchmark closes stdin
+    stdin_closed = loop.create_future()  # until the benchmark closes stdin
     threading.Thread(target=lambda: (sys.stdin.read(), loop.call_soon_threadsafe(
         stdin_closed.set_result, None)), daemon=True).start()
     await stdin_closed

@@ -28,6 +28,9 @@ from http import HTTPStatus
 from types import SimpleNamespace
 from urllib.parse import unquote, urlsplit
 
+from sandbox.errors import SandboxError  # plain Python: no Django set-up needed
+from sandbox.http import int_param
+
 GENERATION_SECONDS = 1.0
 MAX_REQUEST_BYTES = 65536
 
@@ -36,29 +39,27 @@ class Site:
     """The routes of the sandbox's site that the crawl asks for."""
 
     def __init__(self):
+        # imported once Django is set up (main), not at every request
         from django.http import QueryDict
+        from django.template.loader import render_to_string
         from django.urls import reverse
 
-        self.query_dict = QueryDict
+        from sandbox import selectors, services
+        from sandbox.views import site as views
+
+        self.query_dict, self.render, self.views = QueryDict, render_to_string, views
+        self.current_generation, self.page_hit = selectors.current_generation, services.page_hit
         self.page_prefix = reverse("sandbox:site_page", args=[0])[:-1]
         self.generation_path = reverse("sandbox:site_generation")
         self._generation, self._read_at = 0, float("-inf")
 
     def generation(self) -> int:
-        from sandbox import selectors
-
         if time.monotonic() - self._read_at >= GENERATION_SECONDS:
-            self._generation, self._read_at = selectors.current_generation(), time.monotonic()
+            self._generation, self._read_at = self.current_generation(), time.monotonic()
         return self._generation
 
     async def answer(self, target: str) -> tuple[int, str, bytes]:
-        from django.template.loader import render_to_string
-
-        from sandbox import services
-        from sandbox.errors import SandboxError
-        from sandbox.http import int_param
-        from sandbox.views import site as views
-
+        views = self.views
         path, _, query = target.partition("?")
         path = unquote(urlsplit(path).path)
         request = SimpleNamespace(GET=self.query_dict(query), headers={})
@@ -74,10 +75,10 @@ class Site:
             await asyncio.sleep(latency_ms / 1000)
             template, context, status = views.page_answer(
                 int(number), pages, error_rate, query,
-                generation=self.generation, hit=services.page_hit)
+                generation=self.generation, hit=self.page_hit)
         except SandboxError as error:
             return error.status, "application/json", json.dumps(error.as_body()).encode()
-        return status, "text/html; charset=utf-8", render_to_string(template, context).encode()
+        return status, "text/html; charset=utf-8", self.render(template, context).encode()
 
 
 async def serve_connection(site: Site, reader: asyncio.StreamReader,

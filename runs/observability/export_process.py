@@ -13,7 +13,7 @@ and answers once the collector has answered. A batch's export therefore returns 
 its spans are at the collector, as in process: `force_flush` still means exported.
 
 The exporter process is started on the first export and again after it died (the
-batch it held is reported failed, as a collector that is down is). It exits when the
+batch it held is sent once more, to the new one). It exits when the
 process it exports for is gone (its stdin closes), after exporting what it was sent.
 A process forked after the exporter started (django-q2's workers) starts its own.
 

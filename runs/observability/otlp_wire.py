@@ -109,9 +109,8 @@ def _flags(parent_context) -> int:
     return _HAS_IS_REMOTE | (_IS_REMOTE if parent_context and parent_context[2] else 0)
 
 
-def _span(row) -> bytes:
-    (name, own, parent, kind, start, end, attributes, events, links, code, description,
-     _resource, _scope) = row
+def _span(name, own, parent, kind, start, end, attributes, events, links, code,
+          description) -> bytes:
     trace_id, span_id, _remote, _trace_flags, state = own
     out = [b"\x0a\x10", trace_id.to_bytes(16, "big"), b"\x12\x08", span_id.to_bytes(8, "big")]
     if state:
@@ -161,9 +160,9 @@ def export_request(resources: list, scopes: list, rows: list) -> bytes:
     resources, each with its scopes, each with its spans, in the order first seen."""
     resource_of, scope_of = _first_equal(resources), _first_equal(scopes)
     grouped: dict[int, dict[int, list[bytes]]] = {}
-    for row in rows:
-        spans = grouped.setdefault(resource_of[row[11]], {}).setdefault(scope_of[row[12]], [])
-        spans.append(_length_delimited(2, _span(row)))
+    for *span, resource, scope in rows:  # export_process.encode's row
+        spans = grouped.setdefault(resource_of[resource], {}).setdefault(scope_of[scope], [])
+        spans.append(_length_delimited(2, _span(*span)))
     out = []
     for resource, by_scope in grouped.items():
         attributes, schema_url = resources[resource]

@@ -24,8 +24,8 @@ def request_params(request) -> tuple[int, int, float]:
     return pages, latency_ms, error_rate
 
 
-def _page_url(request, n: int) -> str:
-    return page_url(n, request.META.get("QUERY_STRING", ""))
+def _query(request) -> str:
+    return request.META.get("QUERY_STRING", "")
 
 
 def page_url(n: int, query: str) -> str:
@@ -63,7 +63,7 @@ def generation_answer(pages: int, since: int, current: int) -> dict:
 @api
 def index(request):
     request_params(request)  # a bad parameter is a 400 here too
-    return render(request, "sandbox/site_index.html", {"start": _page_url(request, 0)})
+    return render(request, "sandbox/site_index.html", {"start": page_url(0, _query(request))})
 
 
 @require_GET
@@ -72,7 +72,7 @@ def page(request, n: int):
     pages, latency_ms, error_rate = request_params(request)
     time.sleep(latency_ms / 1000)
     template, context, status = page_answer(
-        n, pages, error_rate, request.META.get("QUERY_STRING", ""),
+        n, pages, error_rate, _query(request),
         generation=selectors.current_generation, hit=services.page_hit)
     return render(request, template, context, status=status)
 

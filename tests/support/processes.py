@@ -53,11 +53,10 @@ def process_env(**extra) -> dict:
         env["SQLITE_PATH"] = str(settings["NAME"])
     env.setdefault("AGENTOPS_AGENT_MODULES", "tests.workload_agents")
     env["PYTHONPATH"] = str(ROOT)
-    # This process's own (tests/support/settings.py under pytest): a password hash made
-    # here must not look outdated to a child, which would re-hash it at a login. Read
-    # from the environment Django was set up from: under override_settings (as the live
-    # server fixture holds) the settings object names no module.
-    env["DJANGO_SETTINGS_MODULE"] = os.environ["DJANGO_SETTINGS_MODULE"]
+    # DJANGO_SETTINGS_MODULE comes with os.environ: this process's own
+    # (tests/support/settings.py under pytest), so a password hash made here does not look
+    # outdated to a child, which would re-hash it at a login. (Not read from the settings
+    # object: under override_settings, as the live server fixture holds, it names none.)
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

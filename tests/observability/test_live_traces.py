@@ -32,7 +32,11 @@ STEPS = 3
 def test_one_trace_from_the_launching_request_across_a_sigkill_of_the_worker(
         transactional_db, users, tmp_path, start_cluster):
     collector = Collector()
-    env = stack_env(tmp_path, collector)
+    # Slices longer than the test: the run's one claim before the kill must not end at
+    # a slice's end between steps (seen on a loaded CI machine: a second, ordinary claim
+    # came before the kill's takeover).
+    env = {**stack_env(tmp_path, collector), "AGENTOPS_TIME_SLICE": "600",
+           "AGENTOPS_UNCONTENDED_SLICE": "600"}
     server = Server(tmp_path, **env)
     try:
         cluster = start_cluster(workers=2, **env)

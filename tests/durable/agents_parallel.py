@@ -13,6 +13,13 @@ _running = {"now": 0, "most": 0}
 _running_lock = threading.Lock()
 _finished: dict[str, threading.Event] = {}  # item -> done, for `after`
 _started: dict[str, threading.Event] = {}   # item -> its call began
+_calling = threading.local()  # the item this thread's last call of slow_item was for
+
+
+def item_of_this_thread() -> str | None:
+    """The item of the slow_item call this thread made last (a fault point reached
+    after the tool returned, in the same thread, is that call's)."""
+    return getattr(_calling, "item", None)
 
 
 def running_most() -> int:
@@ -43,6 +50,7 @@ def slow_item(item: str, delay: float, after: str | None = None, *,
     with _running_lock:
         _running["now"] += 1
         _running["most"] = max(_running["most"], _running["now"])
+    _calling.item = item
     started_event(item).set()
     try:
         if after is not None:

@@ -1,0 +1,203 @@
+"""Per-effect cost of ctx.call on a no-op idempotent tool, against the raw floor, and
+what metrics and tracing add to it.
+
+    python -m bench.effect_overhead [EFFECTS [REPEATS]]
+
+Baseline, measured in the same process: a one-row INSERT + COMMIT loop with
+psycopg in autocommit. Target (issue 2): at most 2x the floor.
+
+Observability (issue 18), in the same run, the modes interleaved repeat by repeat:
+the engine's default no-op observer ("bare": what the ratio to the floor uses), a
+deployment with metrics and tracing off ("off": the observer is installed all the same,
+it gives every log line its run's context), metrics only (prometheus-client, in
+multiprocess mode as deployed: PROMETHEUS_MULTIPROC_DIR), tracing only (spans through
+the batch processor and the exporter process to a collector in another process), and
+both. Target: at most 10% more per effect with both on than off. The collector counts the
+spans it receives (decoding each request) and the bench checks that every traced run's
+effect spans arrived: a collector's own work is not the worker's, so it does not keep them.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+# multiprocess metrics, as bin/serve and deployments run them (read at import time)
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="bench-metrics-"))
+
+from bench.setup_db import ROOT, raw_insert_floor, setup_django  # noqa: E402
+
+MODES = ("bare", "off", "metrics", "tracing", "both")
+
+
+def collector():
+    """An OTLP/HTTP collector in a process of its own (tests/support/otlp.py). It stands
+    for one on another host, so it runs at the lowest priority: on a 2-core machine its
+    decoding would otherwise take CPU from the worker it measures."""
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.otlp", "--count"], cwd=ROOT,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: os.nice(19))
+    return proc, proc.stdout.readline().strip()
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time a process has used (user + system), from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+import gc
+GC = {"t": 0.0, "n": [0, 0, 0], "start": 0.0}
+def _gc_cb(phase, info):
+    if phase == "start":
+        GC["start"] = time.perf_counter()
+    else:
+        GC["t"] += time.perf_counter() - GC["start"]
+        GC["n"][info["generation"]] += 1
+gc.callbacks.append(_gc_cb)
+
+def main(effects: int = 1000, repeats: int = 20):
+    url = setup_django()
+    if os.environ.get("FREEZE"):
+        gc.collect(); gc.freeze()
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from runs.durable import (
+        Agent,
+        AgentRegistry,
+        Done,
+        WorkerConfig,
+        agent,
+        control,
+        execute_run,
+        observe,
+        tool,
+    )
+    from runs.observability import tracing
+    from runs.observability.export_process import ProcessSpanExporter
+    from runs.observability.observer import install
+    from runs.storage import database_store
+
+    registry = AgentRegistry()
+
+    @tool(idempotent=True)
+    def noop(i, *, idempotency_key):
+        return i
+
+    timings, cpu = {}, {}
+    GCS = {}
+
+    @agent("bench-effects", registry=registry)
+    class Effects(Agent):
+        def start(self, inputs):
+            return {"n": inputs["n"]}
+
+        def step(self, ctx, state):
+            start, cpu_start = time.perf_counter(), time.process_time()
+            for i in range(state["n"]):
+                ctx.call(noop, i)
+            timings[ctx.run_id] = time.perf_counter() - start
+            cpu[ctx.run_id] = time.process_time() - cpu_start  # every thread of the process
+            return Done({"n": state["n"]})
+
+    otlp, endpoint = collector()
+
+    def received() -> int:
+        with urllib.request.urlopen(f"{endpoint}/received", timeout=10) as answer:
+            return json.load(answer)["spans"]
+
+    def observe_as(mode: str) -> ProcessSpanExporter | None:
+        tracing.off()  # exports what the last mode left, then shuts its processor down
+        exporter = None
+        if mode in ("tracing", "both"):
+            # started now, as in a worker that has been tracing for a while
+            exporter = ProcessSpanExporter(f"{endpoint}/v1/traces")
+            exporter.start()
+            tracing.use(BatchSpanProcessor(exporter))
+        if mode == "bare":
+            observe.install(observe.Observer())
+        else:
+            install(metrics_on=mode in ("metrics", "both"))
+        return exporter
+
+    store = database_store()
+    config = WorkerConfig(owner="bench", lease_seconds=60, slice_seconds=1e9)
+    floors, ours = [], {mode: [] for mode in MODES}
+    ours_cpu = {mode: [] for mode in MODES}
+    exported = []  # spans the collector received per traced run
+    exporter_cpu = []  # the exporter process's CPU per span it exported, per traced run
+    try:
+        for repeat in range(repeats):
+            floors.append(raw_insert_floor(url, effects))
+            # each mode first, second, ... in turn: no mode always runs right after
+            # the floor's table was made and dropped
+            for mode in MODES[repeat % len(MODES):] + MODES[:repeat % len(MODES)]:
+                exporter = observe_as(mode)
+                traced = exporter is not None
+                before = received() if traced else 0
+                exporter_before = cpu_seconds(exporter.pid) if traced else 0.0
+                g0, n0 = GC["t"], list(GC["n"])
+                run = control.launch(store, agent="bench-effects", inputs={"n": effects},
+                                     registry=registry)
+                assert execute_run(store, run.id, config, registry=registry) == "succeeded"
+                ours[mode].append(timings[run.id] / effects)
+                ours_cpu[mode].append(cpu[run.id] / effects)
+                GCS.setdefault(mode, []).append(((GC["t"] - g0) / effects * 1e6, [a - b for a, b in zip(GC["n"], n0)]))
+                if traced:
+                    tracing.flush()
+                    exported.append(received() - before)
+                    exporter_cpu.append((cpu_seconds(exporter.pid) - exporter_before)
+                                        / exported[-1])
+    finally:
+        observe_as("bare")
+        otlp.stdin.close()
+        otlp.wait(10)
+    for mode, v in GCS.items():
+        print("GC", mode, "%.1f us/effect" % statistics.median(x[0] for x in v), v[-1][1])
+    floor = statistics.median(floors)
+    per_effect = {mode: statistics.median(values) for mode, values in ours.items()}
+    bare, off = per_effect["bare"], per_effect["off"]
+    print(f"raw floor (INSERT+COMMIT, autocommit): {floor * 1000:.3f} ms/row "
+          f"(min {min(floors) * 1000:.3f}, max {max(floors) * 1000:.3f})")
+    print(f"agentops ctx.call, no-op idempotent tool: {bare * 1000:.3f} ms/effect "
+          f"(min {min(ours['bare']) * 1000:.3f}, max {max(ours['bare']) * 1000:.3f}), "
+          f"{1 / bare:.0f} effects/s")
+    print(f"ratio agentops/floor: {bare / floor:.2f}x  (target <= 2x)")
+    print(f"observability, {effects} effects x {repeats} repeats per mode, interleaved "
+          f"(order rotated):")
+    # Each repeat's modes ran back to back: a mode's ratio to "off" within the same
+    # repeat cancels the machine's slower and faster minutes (PostgreSQL's checkpoints,
+    # other processes); the median of those paired ratios is the figure.
+    paired = {mode: sorted(value / base for value, base in zip(ours[mode], ours["off"]))
+              for mode in MODES}
+    for mode in MODES:
+        values, ratios = ours[mode], paired[mode]
+        quarter = len(ratios) // 4
+        print(f"  {mode:8s} {per_effect[mode] * 1000:.3f} ms/effect (min {min(values) * 1000:.3f}, "
+              f"max {max(values) * 1000:.3f})  {statistics.median(ratios):.3f}x off "
+              f"(middle half of the repeats {ratios[quarter]:.3f}-{ratios[-quarter - 1]:.3f}x), "
+              f"+{(per_effect[mode] - off) * 1e6:.0f} us")
+    # CPU time is steadier than wall time on a shared machine (a host's other tenants
+    # stretch the wall time of a repeat by a fifth either way; its CPU time hardly moves)
+    cpu_off = statistics.median(ours_cpu["off"])
+    print("CPU of the worker process (every thread), median of the repeats:")
+    for mode in MODES:
+        median = statistics.median(ours_cpu[mode])
+        print(f"  {mode:8s} {median * 1e6:6.1f} us/effect  +{(median - cpu_off) * 1e6:.1f} us "
+              f"({median / cpu_off:.3f}x off)")
+    print(f"CPU of the exporter process: {statistics.median(exporter_cpu) * 1e6:.1f} us a span "
+          "(median of the traced runs; at the lowest priority)")
+    print(f"spans exported per traced run: {min(exported)} to {max(exported)} "
+          f"(its {effects} effects, a step, a claim, a launch)")
+    assert min(exported) >= effects, "a traced run's effect spans did not all arrive"
+    print(f"ratio both/off: {statistics.median(paired['both']):.3f}x, the median of "
+          f"{repeats} paired repeats  (target <= 1.10x)")
+
+
+if __name__ == "__main__":
+    main(*(int(arg) for arg in sys.argv[1:3]))

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
@@ -76,28 +76,60 @@ def _scope(scope) -> tuple | None:
     return (scope.name, scope.version, scope.schema_url, _attributes(scope.attributes))
 
 
-def encode(spans: Sequence[ReadableSpan]) -> bytes:
-    """One batch as plain values: resources and scopes once, spans referring to them."""
+def span_values(name: str, context, parent, kind: SpanKind, start: int, end: int, attributes,
+                events, links, status: Status) -> tuple:
+    """A span's fields as plain values (what a frame's row holds, but for where its
+    resource and scope are)."""
+    return (name, _context(context), _context(parent), kind.value, start, end,
+            _attributes(attributes),
+            [(e.name, _attributes(e.attributes), e.timestamp) for e in events],
+            [(_context(link.context), _attributes(link.attributes)) for link in links],
+            status.status_code.value, status.description)
+
+
+def prepared(resource: Resource, scope: InstrumentationScope, values: tuple) -> tuple:
+    """A span made whole by its maker, for `prepared_spans_sink`: a plain tuple, since
+    effect spans are made by the thousand a second."""
+    return (resource, scope, values)
+
+
+def encode(spans: Sequence) -> bytes:
+    """One batch as plain values: resources and scopes once, spans referring to them.
+    A span is the SDK's `ReadableSpan` or a `prepared` one."""
     resources: dict = {}  # id -> (index, values); a batch has one or two
     scopes: dict = {}
     rows = []
     for span in spans:
-        resource = resources.get(id(span.resource))
+        if type(span) is tuple:
+            resource_of, scope_of, values = span
+        else:
+            resource_of, scope_of = span.resource, span.instrumentation_scope
+            values = span_values(span.name, span.context, span.parent, span.kind,
+                                 span.start_time, span.end_time, span.attributes, span.events,
+                                 span.links, span.status)
+        resource = resources.get(id(resource_of))
         if resource is None:
-            resource = resources[id(span.resource)] = (len(resources), _resource(span.resource))
-        scope = scopes.get(id(span.instrumentation_scope))
+            resource = resources[id(resource_of)] = (len(resources), _resource(resource_of))
+        scope = scopes.get(id(scope_of))
         if scope is None:
-            scope = scopes[id(span.instrumentation_scope)] = (
-                len(scopes), _scope(span.instrumentation_scope))
-        status = span.status
-        rows.append((
-            span.name, _context(span.context), _context(span.parent), span.kind.value,
-            span.start_time, span.end_time, _attributes(span.attributes),
-            [(e.name, _attributes(e.attributes), e.timestamp) for e in span.events],
-            [(_context(link.context), _attributes(link.attributes)) for link in span.links],
-            status.status_code.value, status.description, resource[0], scope[0]))
+            scope = scopes[id(scope_of)] = (len(scopes), _scope(scope_of))
+        rows.append(values + (resource[0], scope[0]))
     return marshal.dumps(([r for _, r in resources.values()], [s for _, s in scopes.values()],
                           rows))
+
+
+def prepared_spans_sink(processor):
+    """Where `prepared` spans go when `processor` is the SDK's batch processor in front of
+    a `ProcessSpanExporter`: into its queue as they are (batched, scheduled and flushed
+    as its spans are), a `ReadableSpan` neither made nor read field by field. None for
+    any other processor, or a version of the SDK whose batch processor has no such queue:
+    spans are then made as `ReadableSpan` and handed to `on_end`."""
+    if not isinstance(processor, BatchSpanProcessor):
+        return None
+    if not isinstance(getattr(processor, "span_exporter", None), ProcessSpanExporter):
+        return None
+    emit = getattr(getattr(processor, "_batch_processor", None), "emit", None)
+    return emit if callable(emit) else None
 
 
 def decode(frame: bytes) -> list[ReadableSpan]:

@@ -16,7 +16,9 @@ no-op call's budget): the observer keeps what an effect span holds while the cal
 runs and hands it whole to the span processor as the SDK's `ReadableSpan` when the
 call ends (`Pipeline.record`). What processors and exporters receive is the same; what
 they do not get for effect spans is `on_start` (no span processor of the SDK uses
-it). An effect span is sampled when its step span is (the default, parent-based).
+it). In front of the exporter process (export_process.py), not even a `ReadableSpan`
+is made: the batch processor queues the span's values as the process's frame holds
+them. An effect span is sampled when its step span is (the default, parent-based).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFl
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.trace.status import Status, StatusCode
 
+from runs.observability import export_process
+
 PROPAGATOR = TraceContextTextMapPropagator()
 SCOPE = "agentops"
 UNSET = Status(StatusCode.UNSET)
@@ -45,7 +49,7 @@ class Pipeline:
     """Where this process's spans go: the tracer for spans made through the SDK, and
     `record` for effect spans made whole when they end."""
 
-    __slots__ = ("tracer", "processor", "resource", "scope", "ids")
+    __slots__ = ("tracer", "processor", "resource", "scope", "ids", "prepared_sink")
 
     def __init__(self, provider: TracerProvider, processor: SpanProcessor):
         self.tracer = provider.get_tracer(SCOPE)
@@ -53,6 +57,7 @@ class Pipeline:
         self.resource = provider.resource
         self.scope = InstrumentationScope(SCOPE)
         self.ids = provider.id_generator
+        self.prepared_sink = export_process.prepared_spans_sink(processor)
 
     def child_of(self, parent: SpanContext | None) -> SpanContext:
         """A new span's context under `parent` (its trace, sampling and state)."""
@@ -66,10 +71,16 @@ class Pipeline:
                kind: SpanKind, attributes: dict, start: int, end: int,
                events: list[Event] = (), status: Status = UNSET) -> None:
         """A finished span, to the processor (dropped when its trace is not sampled)."""
-        if context.trace_flags.sampled:
-            self.processor.on_end(ReadableSpan(
-                name, context, parent, self.resource, attributes, events, (), kind, None,
-                status, start, end, self.scope))
+        if not context.trace_flags.sampled:
+            return
+        if self.prepared_sink is not None:  # the exporter process's: its frame's values
+            values = export_process.span_values(name, context, parent, kind, start, end,
+                                                attributes, events, (), status)
+            self.prepared_sink(export_process.prepared(self.resource, self.scope, values))
+            return
+        self.processor.on_end(ReadableSpan(
+            name, context, parent, self.resource, attributes, events, (), kind, None,
+            status, start, end, self.scope))
 
 
 def endpoint_configured() -> bool:
@@ -87,9 +98,7 @@ def configure_from_env() -> bool:
         _state["configured"] = True
     if not endpoint_configured():
         return False
-    from runs.observability.export_process import ProcessSpanExporter
-
-    use(BatchSpanProcessor(ProcessSpanExporter()))
+    use(BatchSpanProcessor(export_process.ProcessSpanExporter()))
     return True
 
 

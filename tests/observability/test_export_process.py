@@ -14,13 +14,14 @@ import threading
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import Event
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     SimpleSpanProcessor,
     SpanExportResult,
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from runs.observability import tracing
 from runs.observability.export_process import ProcessSpanExporter, decode, encode
@@ -222,3 +223,42 @@ def test_a_flush_waits_for_a_stopped_exporter_process_no_longer_than_asked(colle
     finally:
         os.kill(stopped, signal.SIGCONT)
         tracing.off()
+
+
+def _record_effect_spans(pipeline) -> None:
+    """Three effect spans with fixed ids (one failed, with an attempt's event), as the
+    observer records them."""
+    parent = SpanContext(0xABC, 0x1, is_remote=False, trace_flags=TraceFlags(1))
+    for seq in range(3):
+        failed = seq == 1
+        pipeline.record(
+            "fetch", SpanContext(0xABC, 0x10 + seq, is_remote=False, trace_flags=TraceFlags(1)),
+            parent, kind=SpanKind.CLIENT, start=1_000 + seq, end=2_000 + seq,
+            attributes={"agentops.effect.key": f"run:1:1:{seq}", "agentops.effect.attempt": 1,
+                        "agentops.effect.replayed": False, "ratio": 0.25},
+            events=[Event("attempt failed", {"exception.type": "Timeout"}, 1_500)]
+            if failed else [],
+            status=Status(StatusCode.ERROR, "Timeout") if failed else tracing.UNSET)
+
+
+def test_effect_spans_queued_as_values_reach_the_collector_as_the_sdk_spans_would(collector):
+    """In front of the exporter process, effect spans go into the batch processor's queue
+    as the frame's values, no ReadableSpan made: the collector gets the same request as
+    from the OTLP exporter given the SDK's spans."""
+    memory = InMemorySpanExporter()
+    tracing.use(SimpleSpanProcessor(memory))
+    assert tracing.pipeline().prepared_sink is None  # any other processor: ReadableSpans
+    _record_effect_spans(tracing.pipeline())
+    tracing.off()
+    url = f"{collector.url}/v1/traces"
+    assert OTLPSpanExporter(endpoint=url).export(memory.get_finished_spans()) == \
+        SpanExportResult.SUCCESS
+    tracing.use(BatchSpanProcessor(ProcessSpanExporter(url)))
+    try:
+        assert tracing.pipeline().prepared_sink is not None
+        _record_effect_spans(tracing.pipeline())
+        assert tracing.flush(30)
+    finally:
+        tracing.off()
+    direct, through_process = collector.bodies
+    assert through_process == direct

@@ -23,7 +23,7 @@ import sys
 import weakref
 
 CLOSE_SERVICE_RESTART = 4012
-CLOSE_WAIT_SECONDS = 10.0  # a page replies at once; a browser on a machine at a load of 14 took over 3 s
+CLOSE_WAIT_SECONDS = 10.0  # a page replies at once; a browser at a load of 14 took over 3 s
 
 _open: weakref.WeakSet = weakref.WeakSet()
 _installed = {"done": False}

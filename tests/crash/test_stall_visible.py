@@ -72,8 +72,12 @@ def test_a_frozen_workers_run_shows_as_stalled_until_it_thaws(web, start_cluster
     client = Client()
     client.force_login(alice)
     cookie = client.cookies["sessionid"].value
+    # Slices longer than the test: the run is held, not between two claims, when the
+    # cluster is frozen (a loaded CI machine froze it just after a slice's end had
+    # released the run: no lease to run out, no stall).
     cluster = start_cluster(workers=1, AGENTOPS_LEASE_SECONDS=LEASE,
-                            AGENTOPS_SANDBOX_URL=f"{web.url}/sandbox")
+                            AGENTOPS_SANDBOX_URL=f"{web.url}/sandbox",
+                            AGENTOPS_TIME_SLICE=600, AGENTOPS_UNCONTENDED_SLICE=600)
     # Long enough (60 s) to be still running when it is frozen however slow the
     # machine; once it is seen moving again after the thaw, it is cancelled.
     run_id = services.run_launch(user=alice, agent="steps",

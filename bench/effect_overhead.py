@@ -105,7 +105,7 @@ def main(effects: int = 1000, repeats: int = 20):
         figure, on the same two cores. A mode's processor shutting down leaves it."""
 
         def shutdown(self) -> None:
-            pass
+            """A mode's processor is shut down: the process goes on for the next mode."""
 
         def close(self) -> None:
             super().shutdown()

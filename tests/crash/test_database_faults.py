@@ -27,19 +27,12 @@ from runs.models import Run, RunEvent
 from tests.chaos.followers import Followers, login
 from tests.crash.helpers import assert_consistent, assert_outside_world_clean, wait_final
 from tests.support.private_postgres import PrivatePostgres, default_database
-from tests.support.processes import Cluster, Server, wait_until
+from tests.support.processes import QUIET_LIVENESS, Cluster, Server, wait_until
 
 pytestmark = [pytest.mark.services]
 
 STEPS = 30
 LEASE = 30  # a run that waited for its lease would wait this long, and resume "after crash"
-# Nothing but the database fault may end a claim: the cluster's liveness checks (a queue
-# that looks stuck while every worker is idle, a guard loop or main that is silent) are
-# slowed down here. On a machine at a load of 14 (CI's six streams on two cores) one of
-# them replaced the workers around the restart, twice, and a run then resumed "after
-# crash"; a longer lease (120 s) did not change that.
-LIVENESS = {"AGENTOPS_WATCHDOG_SECONDS": 120, "AGENTOPS_SENTINEL_STALE": 120,
-            "AGENTOPS_MAIN_STALE": 240}
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +52,11 @@ def app(private_postgres, django_db_blocker, tmp_path):
         try:
             web = Server(tmp_path, AGENTOPS_DB_POOL=1)
             started.append(web)
+            # Nothing but the database fault may end a claim: on a machine at a load of 14
+            # the cluster's liveness checks replaced the workers around the restart, twice,
+            # and a run resumed "after crash" (a longer lease, 120 s, did not change that).
             env = {"AGENTOPS_SANDBOX_URL": f"{web.url}/sandbox", "AGENTOPS_LEASE_SECONDS": LEASE,
-                   **LIVENESS}
+                   **QUIET_LIVENESS}
             started.append(Cluster(tmp_path, workers=2, **env))
             yield web, started[1]
         finally:

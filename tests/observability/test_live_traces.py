@@ -21,7 +21,7 @@ from runs.models import Run
 from tests.observability.stack import logged_in, post_form, stack_env
 from tests.observability.traced_agent import hold_until, post_downstream
 from tests.support.otlp import Collector
-from tests.support.processes import Server, wait_until
+from tests.support.processes import LONG_SLICES, QUIET_LIVENESS, Server, wait_until
 
 pytestmark = pytest.mark.services
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -33,15 +33,10 @@ def test_one_trace_from_the_launching_request_across_a_sigkill_of_the_worker(
         transactional_db, users, tmp_path, start_cluster):
     collector = Collector()
     # The run's one claim before the kill must not end by any other way (seen on a loaded
-    # CI machine, twice: a second, ordinary claim before the kill's takeover): no slice
-    # ends during the test, a lease outlasts a starved process's late renewal, and the
-    # cluster's liveness checks (a queue that looks stuck, a silent guard loop or main)
-    # do not replace the workers of a machine at a load of 14. The kill itself still
-    # ends the generation at once; the takeover waits for the lease (15 s).
-    env = {**stack_env(tmp_path, collector), "AGENTOPS_TIME_SLICE": "600",
-           "AGENTOPS_UNCONTENDED_SLICE": "600", "AGENTOPS_LEASE_SECONDS": "15",
-           "AGENTOPS_WATCHDOG_SECONDS": "120", "AGENTOPS_SENTINEL_STALE": "120",
-           "AGENTOPS_MAIN_STALE": "240"}
+    # CI machine, twice: a second, ordinary claim before the kill's takeover); a lease
+    # outlasts a starved process's late renewal. The takeover waits for it (15 s).
+    env = {**stack_env(tmp_path, collector), **LONG_SLICES, **QUIET_LIVENESS,
+           "AGENTOPS_LEASE_SECONDS": 15}
     server = Server(tmp_path, **env)
     try:
         cluster = start_cluster(workers=2, **env)

@@ -23,6 +23,7 @@ import time
 import uuid
 
 import psutil
+from django import db
 from django.conf import settings
 from django_q.cluster import Cluster, get_mp_context
 
@@ -48,6 +49,9 @@ class SelfHealingCluster(Cluster):
         self.start_event = get_mp_context().Event()
         self.pulse = new_pulse()
         self.generation_seen = 0
+        # The main's sweep keeps its connection open between ticks; a sentinel forked
+        # with it would share it (and close it for the main when it closes its own).
+        db.connections.close_all()
         self.sentinel = get_mp_context().Process(
             target=GenerationalSentinel, name=f"sentinel-{uuid.uuid4().hex[:6]}",
             args=(self.stop_event, self.start_event, self.cluster_id, os.getpid(),

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from runs.models import WorkerHeartbeat
-from runs.worker.cluster import roles
+from runs.worker.cluster import proctree, roles
 
 HEARTBEAT_SECONDS = 2.0
 FORGET_AFTER = timedelta(days=1)
@@ -60,7 +60,7 @@ def record_heartbeat(force: bool = False) -> bool:
 
 def _tree(pid: int) -> list[dict]:
     try:
-        children = psutil.Process(pid).children(recursive=True)
+        children = proctree.children(pid, recursive=True)
     except psutil.NoSuchProcess:
         return []
     found = []

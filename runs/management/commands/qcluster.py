@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django_q.management.commands.qcluster import Command as QClusterCommand
 
-from runs.worker.cluster import roles, supervisor
+from runs.worker.cluster import proctree, roles, supervisor
 from runs.worker.cluster.lifelines import become_subreaper
 from runs.worker.cluster.main import ClusterStartFailed, SelfHealingCluster, replace, tend_leftovers
 from runs.worker.heartbeat import record_heartbeat
@@ -149,7 +149,7 @@ def _stop(cluster) -> None:
 
 def _descendants() -> list[psutil.Process]:
     alive = []
-    for process in psutil.Process().children(recursive=True):
+    for process in proctree.children(os.getpid(), recursive=True):
         try:
             if process.status() != psutil.STATUS_ZOMBIE:
                 alive.append(process)
@@ -170,7 +170,7 @@ def _signal_workers(cluster) -> None:
     if sentinel is None or sentinel.pid is None:
         return
     try:
-        children = psutil.Process(sentinel.pid).children(recursive=True)
+        children = proctree.children(sentinel.pid, recursive=True)
     except psutil.NoSuchProcess:
         return
     for child in children:

@@ -27,7 +27,7 @@ from django import db
 from django.conf import settings
 from django_q.cluster import Cluster, get_mp_context
 
-from runs.worker.cluster import roles
+from runs.worker.cluster import proctree, roles
 from runs.worker.cluster.lifelines import describe_exit
 from runs.worker.cluster.sentinel import GenerationalSentinel, new_pulse
 
@@ -105,7 +105,7 @@ def replace(old: SelfHealingCluster | None, reason: str, leftovers: dict) -> Sel
 def end_tree(sentinel_pid: int, leftovers: dict) -> None:
     try:
         sentinel = psutil.Process(sentinel_pid)
-        children = sentinel.children(recursive=True)
+        children = proctree.children(sentinel_pid, recursive=True)
         sentinel.kill()
     except psutil.NoSuchProcess:
         children = []
@@ -122,7 +122,7 @@ def tend_leftovers(leftovers: dict, keep: set[int]) -> None:
     its own), and kill leftovers of an old cluster past their grace."""
     now = time.monotonic()
     grace = now + settings.AGENTOPS["SHUTDOWN_GRACE_SECONDS"]
-    for child in psutil.Process().children():
+    for child in proctree.children(os.getpid()):
         if child.pid in keep:
             continue
         try:

@@ -435,10 +435,11 @@ def concurrency(url: str, pages: int) -> None:
           "twice, taking turns")
     rates = {}
     for (limit, batch), runs in results.items():
-        rates[limit, batch] = sum(f for f, _ in runs) / sum(t for _, t in runs)
+        seconds = sum(t for _, t in runs)
+        rates[limit, batch] = sum(f for f, _ in runs) / seconds
         label = ("baseline, one at a time" if limit == 1 else "ctx.map") if batch is None \
             else f"ctx.map, batches of {batch}"
-        print(f"max_concurrency {limit}: {sum(t for _, t in runs) / len(runs):7.2f} s a crawl  "
+        print(f"max_concurrency {limit}: {seconds / len(runs):7.2f} s a crawl  "
               f"{rates[limit, batch]:7.1f} pages/s  ({label})")
     ratio = rates[8, None] / rates[1, None]
     print(f"ratio 8/1: {ratio:.2f}x  (target >= 6x): {'OK' if ratio >= 6 else 'UNDER'}")

@@ -1,6 +1,7 @@
 """runs/worker/cluster/proctree.py: the kernel's lists of children give what psutil's
 scan of the host gives."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -23,10 +24,8 @@ def tree():
     grandchildren = psutil.Process(child.pid).children()
     yield child
     for process in grandchildren:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):  # gone with its parent already
             process.kill()
-        except psutil.NoSuchProcess:
-            pass
     child.kill()
     child.wait()
 

@@ -86,7 +86,7 @@ def test_one_trace_from_the_launching_request_across_a_sigkill_of_the_worker(
         # What ended each claim, should one other than the kill's (seen on loaded CI
         # machines): the claims as the spans tell them and the run's own events.
         story = ([(c["attributes"].get("agentops.epoch"), c["attributes"].get("agentops.worker"),
-                   c["attributes"].get("agentops.takeover"), c.get("status")) for c in claims],
+                   c["attributes"].get("agentops.takeover"), c["events"]) for c in claims],
                  [(e.seq, e.kind, e.data) for e in RunEvent.objects.filter(run_id=run_id)],
                  f"killed {holder}")
         assert len(claims) >= 2, story

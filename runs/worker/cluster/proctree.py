@@ -48,10 +48,9 @@ def _child_pids(pid: int) -> list[int] | None:
             with open(f"/proc/{pid}/task/{tid}/children") as listing:
                 pids.extend(int(word) for word in listing.read().split())
         except FileNotFoundError:
-            if not os.path.exists(f"/proc/{pid}/task"):
-                raise psutil.NoSuchProcess(pid) from None
             if os.path.exists(f"/proc/{pid}/task/{tid}"):
                 return None  # the thread is there, its list is not: no such files
+            # else the thread (or the whole process) ended since the listing
         except ProcessLookupError:  # the thread exited while being read
             continue
     return pids

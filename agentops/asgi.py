@@ -9,8 +9,11 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from runs.api.status_phrases import complete_twisted_phrases  # noqa: E402
 from runs.live.routing import websocket_urlpatterns  # noqa: E402
 from runs.observability.asgi import CountViewers  # noqa: E402
+
+complete_twisted_phrases()  # Daphne's status lines: "422 Unprocessable Entity", not "Unknown Status"
 
 application = ProtocolTypeRouter(
     {

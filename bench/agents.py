@@ -123,7 +123,7 @@ class PlainCrawl:
     """The crawl agent's own start/step in a loop, a few seconds at a time."""
 
     def __init__(self, inputs: dict):
-        from builtin_agents.agents import Crawl
+        from builtin_agents.crawl import Crawl
 
         self.agent = Crawl()
         self.state, self.step_no = self.agent.start(inputs), 0
@@ -402,12 +402,12 @@ def main(argv=None) -> int:
 def concurrency(url: str, pages: int) -> None:
     """Crawl pages/s at max_concurrency 1 and 8, 20 ms a page, the crawl's own batch;
     and at 8 with batches of 40, to show what the step's shape costs."""
-    from builtin_agents.agents import Crawl
+    from builtin_agents.crawl import Crawl
     from runs.durable import validate_inputs
     from runs.worker.db import use_pool_in_this_process
     from runs.worker.execute import store
 
-    # As a qcluster worker process runs: a pool of connections, each call of the store
+    # As a worker process runs: a pool of connections, each call of the store
     # handing its connection back (the threads of ctx.map connect to nothing).
     use_pool_in_this_process()
     site, server = start_site(url)
@@ -454,7 +454,7 @@ def overhead(url: str, args) -> None:
     try:
         inputs = {"site_url": f"{server}/sandbox/site", "pages": args.pages, "latency_ms": 0,
                   "error_rate": 0.0}
-        from builtin_agents.agents import Crawl
+        from builtin_agents.crawl import Crawl
         from runs.durable import validate_inputs
 
         inputs = validate_inputs(Crawl, inputs)

@@ -64,9 +64,9 @@ def _registry():
 
 async def _measure(port: int, run_id: str, cookie: str, count: int, registry, flush: float):
     from runs.durable import execute_run, streaming
-    from runs.live.notify import notify_run
     from runs.models import Run
     from runs.storage.orm import OrmStore
+    from runs.wakeups import notify_run
     from runs.worker.config import worker_config
 
     head = await asyncio.to_thread(lambda: Run.objects.get(pk=run_id).event_seq)

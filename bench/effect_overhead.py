@@ -10,11 +10,15 @@ Observability (issue 18), in the same run, the modes interleaved repeat by repea
 the engine's default no-op observer ("bare": what the ratio to the floor uses), a
 deployment with metrics and tracing off ("off": the observer is installed all the same,
 it gives every log line its run's context), metrics only (prometheus-client, in
-multiprocess mode as deployed: PROMETHEUS_MULTIPROC_DIR), tracing only (spans through
-the batch processor and the exporter process to a collector in another process), and
-both. Target: at most 10% more per effect with both on than off. The collector counts the
-spans it receives (decoding each request) and the bench checks that every traced run's
-effect spans arrived: a collector's own work is not the worker's, so it does not keep them.
+multiprocess mode as deployed: PROMETHEUS_MULTIPROC_DIR), tracing only (the SDK's
+batch processor and OTLP/HTTP exporter, in this process as in a worker, to a collector
+in another process), and both. Target: at most 10% more per effect with both on than
+off. A run is timed whole, from its claim to its end: a traced run's effects are events
+of its step's span, encoded and sent when the step ends, and the run's end waits for
+that export (as a worker's does), so the export is inside the figure. The collector
+counts the spans and events it receives (decoding each request) and the bench checks
+that every traced run's effect events arrived: a collector's own work is not the
+worker's, so it does not keep them.
 """
 
 import json
@@ -44,15 +48,9 @@ def collector():
     return proc, proc.stdout.readline().strip()
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU time a process has used (user + system), from /proc."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def main(effects: int = 1000, repeats: int = 20):
     url = setup_django()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     from runs.durable import (
@@ -67,7 +65,6 @@ def main(effects: int = 1000, repeats: int = 20):
         tool,
     )
     from runs.observability import tracing
-    from runs.observability.export_process import ProcessSpanExporter
     from runs.observability.observer import install
     from runs.storage import database_store
 
@@ -77,85 +74,67 @@ def main(effects: int = 1000, repeats: int = 20):
     def noop(i, *, idempotency_key):
         return i
 
-    timings, cpu = {}, {}
-
     @agent("bench-effects", registry=registry)
     class Effects(Agent):
         def start(self, inputs):
             return {"n": inputs["n"]}
 
         def step(self, ctx, state):
-            start, cpu_start = time.perf_counter(), time.process_time()
             for i in range(state["n"]):
                 ctx.call(noop, i)
-            timings[ctx.run_id] = time.perf_counter() - start
-            cpu[ctx.run_id] = time.process_time() - cpu_start  # every thread of the process
             return Done({"n": state["n"]})
 
     otlp, endpoint = collector()
 
-    def received() -> int:
+    def received() -> dict:
         with urllib.request.urlopen(f"{endpoint}/received", timeout=10) as answer:
-            return json.load(answer)["spans"]
+            return json.load(answer)
 
-    class LongLivedExporter(ProcessSpanExporter):
-        """One exporter process for every traced mode of the bench, as a worker has one
-        for its whole life: a process started at each change of mode would put its
-        start and its first batches (its cache of encoded attributes empty) into the
-        figure, on the same two cores. A mode's processor shutting down leaves it."""
-
-        def shutdown(self) -> None:
-            """A mode's processor is shut down: the process goes on for the next mode."""
-
-        def close(self) -> None:
-            super().shutdown()
-
-    long_lived = LongLivedExporter(f"{endpoint}/v1/traces")
-    long_lived.start()
-
-    def observe_as(mode: str) -> ProcessSpanExporter | None:
-        tracing.off()  # exports what the last mode left, then shuts its processor down
-        exporter = None
-        if mode in ("tracing", "both"):
-            exporter = long_lived
-            tracing.use(BatchSpanProcessor(exporter))
+    def observe_as(mode: str) -> bool:
+        tracing.off()  # exports what the last mode left, then shuts its provider down
+        traced = mode in ("tracing", "both")
+        if traced:  # what tracing.start() builds from OTEL_EXPORTER_OTLP_ENDPOINT
+            tracing.use(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces")))
         if mode == "bare":
             observe.install(observe.Observer())
         else:
             install(metrics_on=mode in ("metrics", "both"))
-        return exporter
+        return traced
 
     store = database_store()
     config = WorkerConfig(owner="bench", lease_seconds=60, slice_seconds=1e9)
     floors, ours = [], {mode: [] for mode in MODES}
     ours_cpu = {mode: [] for mode in MODES}
-    exported = []  # spans the collector received per traced run
-    exporter_cpu = []  # the exporter process's CPU per span it exported, per traced run
+    exported = []  # (spans, events) the collector received per traced run
     try:
         for repeat in range(repeats):
             floors.append(raw_insert_floor(url, effects))
             # each mode first, second, ... in turn: no mode always runs right after
             # the floor's table was made and dropped
             for mode in MODES[repeat % len(MODES):] + MODES[:repeat % len(MODES)]:
-                exporter = observe_as(mode)
-                traced = exporter is not None
-                before = received() if traced else 0
-                exporter_before = cpu_seconds(exporter.pid) if traced else 0.0
+                traced = observe_as(mode)
+                before = received() if traced else {}
                 run = control.launch(store, agent="bench-effects", inputs={"n": effects},
                                      registry=registry)
+                start, cpu_start = time.perf_counter(), time.process_time()
                 assert execute_run(store, run.id, config, registry=registry) == "succeeded"
-                ours[mode].append(timings[run.id] / effects)
-                ours_cpu[mode].append(cpu[run.id] / effects)
+                ours[mode].append((time.perf_counter() - start) / effects)
+                # every thread of the process: the batch processor's export included
+                ours_cpu[mode].append((time.process_time() - cpu_start) / effects)
                 if traced:
-                    tracing.flush()
-                    exported.append(received() - before)
-                    exporter_cpu.append((cpu_seconds(exporter.pid) - exporter_before)
-                                        / exported[-1])
+                    assert tracing.flush(30), "the collector did not answer"
+                    after = received()
+                    exported.append((after["spans"] - before["spans"],
+                                     after["events"] - before["events"]))
     finally:
         observe_as("bare")
-        long_lived.close()
+        tracing.off()
         otlp.stdin.close()
         otlp.wait(10)
+    report(effects, repeats, floors, ours, ours_cpu, exported)
+
+
+def report(effects, repeats, floors, ours, ours_cpu, exported) -> None:
     floor = statistics.median(floors)
     per_effect = {mode: statistics.median(values) for mode, values in ours.items()}
     bare, off = per_effect["bare"], per_effect["off"]
@@ -163,7 +142,7 @@ def main(effects: int = 1000, repeats: int = 20):
           f"(min {min(floors) * 1000:.3f}, max {max(floors) * 1000:.3f})")
     print(f"agentops ctx.call, no-op idempotent tool: {bare * 1000:.3f} ms/effect "
           f"(min {min(ours['bare']) * 1000:.3f}, max {max(ours['bare']) * 1000:.3f}), "
-          f"{1 / bare:.0f} effects/s")
+          f"{1 / bare:.0f} effects/s (a run timed whole: claim, {effects} calls, end)")
     print(f"ratio agentops/floor: {bare / floor:.2f}x  (target <= 2x)")
     print(f"observability, {effects} effects x {repeats} repeats per mode, interleaved "
           f"(order rotated):")
@@ -182,16 +161,16 @@ def main(effects: int = 1000, repeats: int = 20):
     # CPU time is steadier than wall time on a shared machine (a host's other tenants
     # stretch the wall time of a repeat by a fifth either way; its CPU time hardly moves)
     cpu_off = statistics.median(ours_cpu["off"])
-    print("CPU of the worker process (every thread), median of the repeats:")
+    print("CPU of the worker process (every thread, the span export included), "
+          "median of the repeats:")
     for mode in MODES:
         median = statistics.median(ours_cpu[mode])
         print(f"  {mode:8s} {median * 1e6:6.1f} us/effect  +{(median - cpu_off) * 1e6:.1f} us "
               f"({median / cpu_off:.3f}x off)")
-    print(f"CPU of the exporter process: {statistics.median(exporter_cpu) * 1e6:.1f} us a span "
-          "(median of the traced runs; at the lowest priority)")
-    print(f"spans exported per traced run: {min(exported)} to {max(exported)} "
-          f"(its {effects} effects, a step, a claim, a launch)")
-    assert min(exported) >= effects, "a traced run's effect spans did not all arrive"
+    spans, events = [s for s, _ in exported], [e for _, e in exported]
+    print(f"exported per traced run: {min(spans)} to {max(spans)} spans (a launch, a claim, "
+          f"a step) with {min(events)} to {max(events)} events (its {effects} effects)")
+    assert min(events) >= effects, "a traced run's effect events did not all arrive"
     print(f"ratio both/off: {statistics.median(paired['both']):.3f}x, the median of "
           f"{repeats} paired repeats  (target <= 1.10x)")
 

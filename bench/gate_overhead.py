@@ -1,4 +1,4 @@
-"""What the pre-call gates (runs/durable/gates.py) cost a call, on the ORM store.
+"""What the pre-call gates (runs/durable/policies/gates.py) cost a call, on the ORM store.
 
     python -m bench.gate_overhead [EFFECTS]
 

@@ -61,8 +61,8 @@ def stamping_store(stamp, wake: bool):
     """An OrmStore whose notify hook first calls stamp(): the store calls it right after
     the COMMIT (at once on PostgreSQL's one-statement path, on_commit otherwise), then,
     if `wake`, wakes viewers as the worker does (notify_run)."""
-    from runs.live.notify import notify_run
     from runs.storage import database_store
+    from runs.wakeups import notify_run
 
     def notify(run_id, seq):
         stamp(seq)

@@ -1,8 +1,8 @@
 """Time from an operator's click on pause to the run's status `paused`, for a run whose
-tool calls take 100 ms, on real qcluster workers (PostgreSQL; Redis if REDIS_URL).
+tool calls take 100 ms, on real worker trees (PostgreSQL; Redis if REDIS_URL).
 
 The click is the operator view's POST (middleware, auth, form, service) made in this
-process; the run executes in a qcluster child process. The baseline, in the same
+process; the run executes in a worker process. The baseline, in the same
 process and on the same run: the pause service called directly (no view).
 
     .venv/bin/python bench/ops_pause_latency.py [--trials 40]

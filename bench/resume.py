@@ -19,8 +19,16 @@ REPLAYED = 50
 
 def main(sizes=(1_000, 10_000, 100_000), repeats=5):
     setup_django()
-    from runs.durable import Agent, AgentRegistry, WorkerConfig, agent, control, execute_run, tool
-    from runs.durable.context import idempotency_key
+    from runs.durable import (
+        Agent,
+        AgentRegistry,
+        WorkerConfig,
+        agent,
+        control,
+        execute_run,
+        idempotency_key,
+        tool,
+    )
     from runs.durable.serde import encode_state
     from runs.models import Checkpoint, Effect, Run
     from runs.storage import database_store

@@ -7,6 +7,7 @@
 - ``assistant``  a tool-using chat agent over any OpenAI-compatible API (the sandbox's
                  scripted model by default) with search, calculator and note tools.
 
-``agents.py`` is the part to read (and copy); ``tools/`` holds the HTTP plumbing,
-parsing and bookkeeping the agents call.
+``crawl.py``, ``migrate.py`` and ``assistant.py`` are the parts to read (and copy), one
+agent each (``agents.py`` imports them, with the SDK agents of ``sdk_agents.py``, for the
+autodiscovery); ``tools/`` holds the HTTP plumbing, parsing and bookkeeping they call.
 """

@@ -50,8 +50,8 @@ class RunLinkMixin:
 class RunAdmin(ReadOnlyAdmin):
     list_display = ["id", "agent", "agent_version", "owner", "status", "step_no", "branch",
                     "cost", "created_at", "updated_at"]
-    list_filter = ["status", "agent", "created_at"]
-    search_fields = ["=id", "owner__username", "agent"]
+    list_filter = ["status", "agent", "agent_version", "created_at"]
+    search_fields = ["=id", "owner__username", "agent", "=code_fingerprint"]
     list_select_related = ["owner"]
     date_hierarchy = None
     readonly_fields = ["related", "operator_page"]
@@ -65,6 +65,8 @@ class RunAdmin(ReadOnlyAdmin):
         ("Data", {"fields": ["inputs", "output", "error", "attention"]}),
         ("Ledger", {"fields": ["usage", "budget"]}),  # docs/budgets.md
         ("Family", {"fields": ["parent", "spawn_key"]}),  # docs/children.md
+        # docs/deploys.md: its agent's code, and the code whose replay of it diverged
+        ("Code", {"fields": ["code_fingerprint", "version_refused"]}),
         ("Times", {"fields": ["created_at", "updated_at", "suspended_at", "wake_at",
                               "enqueued_at", "finished_at"]}),
     ]
@@ -78,7 +80,7 @@ class RunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="cost")
     def cost(self, obj):
-        from runs.durable.gates import money
+        from runs.durable.policies.budget import money
         return money((obj.usage or {}).get("cost") or 0)
 
     @admin.display(description="operate")
@@ -202,4 +204,10 @@ def _no_formula(text: str) -> str:
 
 @admin.register(WorkerHeartbeat)
 class WorkerHeartbeatAdmin(ReadOnlyAdmin):
-    list_display = ["host", "pid", "cluster", "started_at", "last_seen"]
+    list_display = ["host", "pid", "cluster", "started_at", "last_seen", "stopping", "agent_codes"]
+
+    @admin.display(description="agent code")
+    def agent_codes(self, obj):
+        """What its workers claim (docs/deploys.md): agent vVERSION fingerprint, each."""
+        return ", ".join(f"{code.get('agent')} v{code.get('version')} {fp}"
+                         for fp, code in sorted((obj.codes or {}).items())) or "—"

@@ -11,12 +11,10 @@ class RunsConfig(AppConfig):
 
         from runs.agent_loader import load_agents
 
-        # Imported for their side effects: <run_id:...> for the URLconfs, and
-        # the worker process hooks.
+        # Imported for its side effect: <run_id:...> for the URLconfs.
         from runs.live import access as live_access
         from runs.operator.groups import ensure_operators_group
         from runs.web import converters  # noqa: F401
-        from runs.worker import signals  # noqa: F401
 
         # A flush (transactional tests) drops the group's permission; put it back.
         post_migrate.connect(ensure_operators_group, sender=self)

@@ -32,8 +32,9 @@ class RunStatus(models.TextChoices):
 
 class Run(models.Model):
     id = models.CharField(primary_key=True, max_length=32, editable=False)
+    # Indexed by run_owner_created (its first column), not by a second index of its own.
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                              on_delete=models.SET_NULL, related_name="runs")
+                              on_delete=models.SET_NULL, related_name="runs", db_index=False)
     agent = models.CharField(max_length=100)
     agent_version = models.CharField(max_length=50)
     inputs = models.JSONField(default=dict)
@@ -56,6 +57,10 @@ class Run(models.Model):
     wake_at = models.DateTimeField(null=True, blank=True)
     crash_count = models.IntegerField(default=0)
     crash_step = models.IntegerField(default=-1)
+    # With crash_step, the run's progress at its last claim (runs/durable/crashes.py):
+    # the effects with an outcome since its checkpoint. A database default too, so
+    # that a worker of the code before this column can still insert runs in a deploy.
+    crash_effects = models.IntegerField(default=0, db_default=0)
     event_seq = models.BigIntegerField(default=0)
     checkpoint_count = models.IntegerField(default=0)
     suspended_at = models.DateTimeField(null=True, blank=True)
@@ -70,13 +75,30 @@ class Run(models.Model):
     # A child run (docs/children.md): the run that spawned it, and the idempotency key of
     # that spawn effect, unique, so that a replayed spawn finds its child again. No
     # database foreign key, like the run's logs: nothing deletes runs.
+    # Both indexed by Meta's partial indexes: most runs have neither, and a field's own
+    # index on a varchar comes with a `_like` twin on PostgreSQL.
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.DO_NOTHING,
-                               db_constraint=False, related_name="children")
-    spawn_key = models.CharField(max_length=120, null=True, blank=True, unique=True)
+                               db_constraint=False, related_name="children", db_index=False)
+    spawn_key = models.CharField(max_length=120, null=True, blank=True)
+    # The code the run belongs to (runs/durable/versions.py, docs/deploys.md): a
+    # fingerprint of its agent's code beside the declared agent_version, and the
+    # fingerprint of a code whose replay of its history diverged.
+    code_fingerprint = models.CharField(max_length=32, blank=True, default="")
+    version_refused = models.CharField(max_length=32, null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
         permissions = [("operate_run", "Can operate every run (pause, resume, cancel, roll back)")]
+        # Only what a page, the API or the claim reads by: an update of the run that is
+        # not HOT (a claim, a change of status) writes an entry into every index, and the
+        # effect path's updates must touch no indexed column to stay HOT (fillfactor:
+        # migration 0003; tests/test_run_row_pg.py lists them and explains each reader).
+        # The primary key's `_like` twin is dropped by migration 0057 (run ids are
+        # searched by range: runs/operator/selectors.py, search_q).
+        constraints = [
+            models.UniqueConstraint(fields=["spawn_key"], name="run_spawn_key",
+                                    condition=Q(spawn_key__isnull=False)),
+        ]
         indexes = [
             models.Index(fields=["owner", "-created_at"], name="run_owner_created"),
             models.Index(fields=["status", "-created_at"], name="run_status_created"),
@@ -88,8 +110,18 @@ class Run(models.Model):
             models.Index(fields=["status"], name="run_sweep_active",
                          condition=Q(status__in=[r.QUEUED, r.RUNNING])),
             models.Index(fields=["wake_at"], name="run_sweep_wake", condition=Q(status=r.WAITING)),
+            # A worker's runs are found by the prefix of their lease owner (host:pid:),
+            # which a LIKE reads from a pattern_ops index under any collation.
             models.Index(fields=["lease_owner"], name="run_lease_owner",
+                         opclasses=["varchar_pattern_ops"],
                          condition=Q(lease_owner__isnull=False)),
+            models.Index(fields=["parent"], name="run_parent", condition=Q(parent__isnull=False)),
+            # The Workers page's runs finished in the last minutes (runs/operator/
+            # selectors.py, workers_overview): a scan of every run without it (633 ms at
+            # 1,000,000 runs). Written once a run, when it ends, by an update that changes
+            # its status anyway (not HOT).
+            models.Index(fields=["finished_at"], name="run_finished",
+                         condition=Q(finished_at__isnull=False)),
         ]
 
     def __str__(self):
@@ -139,10 +171,20 @@ class Checkpoint(models.Model):
 
         if self.codec != serde.PATCH_CODEC:
             return serde.decode_state(bytes(self.blob), self.codec)
-        window = Checkpoint.objects.filter(run_id=self.run_id, branch=self.branch,
-                                           number__lte=self.number,
-                                           number__gte=self.number - serde.CHAIN_LIMIT - 1)
-        return serde.checkpoint_state(self, list(window))
+        return serde.checkpoint_state(self, list(chain_rows(self.run_id, self.branch,
+                                                            self.number)))
+
+
+def chain_rows(run_id: str, branch: int, number: int):
+    """The checkpoints of `branch` from the full checkpoint a patch checkpoint `number`
+    rests on up to it: a patch chain's length is chosen by size (runs/durable/serde.py),
+    so its start is found, not counted back to."""
+    from runs.durable import serde
+
+    branch_rows = Checkpoint.objects.filter(run_id=run_id, branch=branch, number__lte=number)
+    full = (branch_rows.exclude(codec=serde.PATCH_CODEC).order_by("-number")
+            .values("number")[:1])
+    return branch_rows.filter(number__gte=models.Subquery(full))
 
 
 class Effect(models.Model):
@@ -207,6 +249,12 @@ class RunEvent(models.Model):
     class Meta:
         ordering = ["run", "seq"]
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="event_unique_seq")]
+        # A run's status events (its timeline's failures: runs/selectors.py,
+        # run_trouble_events) without reading its other events: a run of 1,000,000 events
+        # took 360 ms through (run, seq) (bench/scale.py). Only status events, a few a
+        # run, are written into it.
+        indexes = [models.Index(fields=["run", "seq"], name="event_run_status",
+                                condition=Q(kind="status"))]
 
     def __str__(self):
         return f"#{self.seq} {self.kind}"
@@ -234,7 +282,7 @@ class AuditEntry(models.Model):
 
 
 class WorkerHeartbeat(models.Model):
-    """A qcluster main process, written by its sweep loop (runs/worker/heartbeat.py): what
+    """A worker tree's main process, written by its loop (runs/worker/heartbeat.py): what
     the operators' Workers page knows about hosts and processes that hold no run."""
 
     host = models.CharField(max_length=200)
@@ -243,6 +291,11 @@ class WorkerHeartbeat(models.Model):
     started_at = models.DateTimeField(default=timezone.now)
     last_seen = models.DateTimeField(default=timezone.now)
     processes = models.JSONField(default=list, help_text="the cluster's child processes")
+    # The agent code its workers have loaded, {fingerprint: {agent, version, upgrade}}:
+    # which runs they claim (runs/durable/versions.py). A cluster that is stopping
+    # serves no code any more: another may take its runs over at once.
+    codes = models.JSONField(default=dict, blank=True)
+    stopping = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["host", "pid"]
@@ -250,7 +303,3 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self):
         return f"{self.cluster or 'cluster'} {self.host}:{self.pid}"
-
-
-# Tables of the parts in their own folders (Django finds a model where it is imported).
-from runs.chat.models import ChatMessage  # noqa: E402,F401

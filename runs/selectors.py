@@ -107,7 +107,7 @@ def events_after(run_id: str, after: int, limit: int = EVENT_BATCH,
     events = RunEvent.objects.filter(run_id=run_id, seq__gt=after)
     if upto is not None:
         events = events.filter(seq__lte=upto)
-    return list(events.order_by("seq")[:limit])
+    return with_checkpoints(list(events.order_by("seq")[:limit]))
 
 
 def events_in_ranges(ranges) -> list[RunEvent]:
@@ -115,7 +115,7 @@ def events_in_ranges(ranges) -> list[RunEvent]:
     where = Q()
     for run_id, after, upto in ranges:
         where |= Q(run_id=run_id, seq__gt=after, seq__lte=upto)
-    return list(RunEvent.objects.filter(where).order_by("run_id", "seq"))
+    return with_checkpoints(list(RunEvent.objects.filter(where).order_by("run_id", "seq")))
 
 
 def events_tail(run: Run, limit: int = TAIL_EVENTS) -> list[RunEvent]:
@@ -123,20 +123,54 @@ def events_tail(run: Run, limit: int = TAIL_EVENTS) -> list[RunEvent]:
     the state at that seq, and the live feed continues after it."""
     events = (RunEvent.objects.filter(run=run, seq__lte=run.event_seq)
               .order_by("-seq")[:limit])
-    return list(reversed(events))
+    return with_checkpoints(list(reversed(events)))
 
 
 def events_before(run: Run, before: int, limit: int = TAIL_EVENTS) -> list[RunEvent]:
     events = RunEvent.objects.filter(run=run, seq__lt=before).order_by("-seq")[:limit]
-    return list(reversed(events))
+    return with_checkpoints(list(reversed(events)))
+
+
+def with_checkpoints(events: list[RunEvent]) -> list[RunEvent]:
+    """`events`, each checkpoint event's data completed from its checkpoint's row (one
+    query): the event holds the number only, the row the branch, step, size and reason
+    (runs/durable/events.py). An event written before holds them itself; one whose
+    checkpoint retention removed keeps its number only."""
+    wanted: dict[str, list[int]] = {}
+    for e in events:
+        if e.kind == "checkpoint" and "step" not in e.data:
+            wanted.setdefault(e.run_id, []).append(e.data.get("number"))
+    if not wanted:
+        return events
+    where = Q()
+    for run_id, numbers in wanted.items():
+        where |= Q(run_id=run_id, number__in=numbers)
+    found = {(run_id, number): {"branch": branch, "step": step, "size": size, "reason": reason}
+             for run_id, number, branch, step, size, reason in Checkpoint.objects.filter(where)
+             .values_list("run_id", "number", "branch", "step_no", "size", "reason")}
+    for e in events:
+        if e.kind == "checkpoint":
+            e.data = {**e.data, **found.get((e.run_id, e.data.get("number")), {})}
+    return events
+
+
+# Events that start a new branch from a checkpoint (runs/durable/control/forks.py, fork)
+FORK_EVENTS = ("rollback", "edit", "upgrade")
 
 
 def progress_samples(run: Run, limit: int = 60) -> list[dict]:
-    """Recent progress events, for the rate and ETA."""
-    rows = (RunEvent.objects.filter(run=run, kind="progress", seq__lte=run.event_seq)
-            .order_by("-seq")[:limit])
-    return [{"at": e.created_at.timestamp(), "done": e.data.get("done", 0),
-             "total": e.data.get("total", 0)} for e in reversed(rows)]
+    """Recent progress events of the run's branch, for the rate and ETA. Those before the
+    branch began (its rollback, edit or upgrade) measured work the run went back on: a
+    rate from both would mix the old branch's pace with the new one's."""
+    rows = (RunEvent.objects.filter(run=run, kind__in=("progress", *FORK_EVENTS),
+                                    seq__lte=run.event_seq).order_by("-seq")[:limit])
+    samples = []
+    for e in rows:
+        if e.kind != "progress":
+            break
+        samples.append({"at": e.created_at.timestamp(), "done": e.data.get("done", 0),
+                        "total": e.data.get("total", 0)})
+    return samples[::-1]
 
 
 def run_heads(run_ids) -> dict[str, tuple[int, dict | None]]:
@@ -208,12 +242,6 @@ def run_stream_events(run: Run, *, upto: int) -> list[RunEvent]:
             .order_by("-seq").values_list("seq", flat=True).first()) or 0
     return list(RunEvent.objects.filter(run=run, kind="stream", seq__gt=last, seq__lte=upto)
                 .order_by("seq"))
-
-
-def chat_queued(run: Run) -> list:
-    from runs.chat.models import ChatMessage
-
-    return list(ChatMessage.objects.filter(run=run, state=ChatMessage.QUEUED).order_by("id"))
 
 
 CHILDREN_SHOWN = 200

@@ -1,5 +1,7 @@
 """Writes, as `run_<action>` functions: thin wrappers over the engine's control
-functions that bind the ORM store, the acting user and the queue."""
+functions that bind the ORM store and the acting user. A run made due (launched,
+resumed...) needs nothing more: a free worker slot finds it at its next poll of the
+due runs (runs/worker/execute.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +10,11 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from runs.durable import control
 from runs.durable import records as r
-from runs.live.notify import notify_run
+from runs.durable import upgrade as durable_upgrade
 from runs.models import Run
 from runs.storage import database_store
 from runs.storage.orm import OrmStore, run_row
-from runs.worker.execute import enqueue_run
+from runs.wakeups import notify_run
 
 
 def store() -> OrmStore:
@@ -28,8 +30,6 @@ def _actor(user) -> str:
 
 
 def _after(record: r.RunRecord) -> Run:
-    if record.status == r.QUEUED:
-        enqueue_run(record.id)
     return run_row(record)  # as committed: reading it back costs a query for nothing
 
 
@@ -37,12 +37,11 @@ def run_launch(*, user: AbstractBaseUser | None, agent: str, inputs,
                run_id: str | None = None, budget=None) -> Run:
     """`run_id`: chosen by the caller (an API launch under an Idempotency-Key)."""
     # No transaction around it: the store writes the run and its first event in one
-    # (one statement on PostgreSQL), and the task is queued once that has committed.
+    # (one statement on PostgreSQL), and that is the whole launch.
     record = control.launch(store(), agent=agent, inputs=inputs,
                             owner=str(user.pk) if user is not None else "", run_id=run_id,
                             max_input_bytes=settings.AGENTOPS["MAX_INPUT_BYTES"],
                             budget=budget)
-    enqueue_run(record.id)
     # as the store wrote it, not read back (a worker may already hold it by now anyway):
     # a quarter of a launch's time went to reading it
     return run_row(record)
@@ -53,8 +52,11 @@ def run_pause(*, run_id: str, user, reason: str = "") -> Run:
 
 
 def run_resume(*, run_id: str, user, reason: str = "", upgrade: bool = False) -> Run:
-    return _after(control.resume(store(), run_id, actor=_actor(user), reason=reason,
-                                 upgrade=upgrade))
+    """`upgrade`: continue on the agent's current code (runs/durable/upgrade.py)."""
+    if upgrade:
+        return _after(durable_upgrade.upgrade(store(), run_id, actor=_actor(user),
+                                              reason=reason))
+    return _after(control.resume(store(), run_id, actor=_actor(user), reason=reason))
 
 
 def run_cancel(*, run_id: str, user, reason: str = "") -> Run:

@@ -49,25 +49,10 @@ def complete(request: ChatRequest, *, created: int) -> dict:
     step = _next_step(request, facts)
     if step is None:
         message = {"role": "assistant", "content": _final_answer(facts), "refusal": None}
-        finish_reason = "stop"
-        completion_text = message["content"]
+        finish_reason, completion_text = "stop", message["content"]
     else:
-        arguments = json.dumps(_arguments(step, facts, request.tools.get(step, {})))
-        call_id = "call_" + hashlib.sha256(f"{digest}:{step}".encode()).hexdigest()[:24]
-        message = {
-            "role": "assistant",
-            "content": None,
-            "refusal": None,
-            "tool_calls": [
-                {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {"name": step, "arguments": arguments},
-                }
-            ],
-        }
+        message, completion_text = _tool_call(request, facts, step, digest)
         finish_reason = "tool_calls"
-        completion_text = arguments
     prompt_tokens = _count_tokens(request)
     completion_tokens = len(completion_text.split()) + 1
     return {
@@ -85,6 +70,25 @@ def complete(request: ChatRequest, *, created: int) -> dict:
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
+
+
+def _tool_call(request: ChatRequest, facts, step: str, digest: str) -> tuple[dict, str]:
+    """The assistant message that calls the tool `step`, and its arguments' text."""
+    arguments = json.dumps(_arguments(step, facts, request.tools.get(step, {})))
+    call_id = "call_" + hashlib.sha256(f"{digest}:{step}".encode()).hexdigest()[:24]
+    message = {
+        "role": "assistant",
+        "content": None,
+        "refusal": None,
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": step, "arguments": arguments},
+            }
+        ],
+    }
+    return message, arguments
 
 
 def _request_digest(request: ChatRequest) -> str:

@@ -2,8 +2,9 @@
 each with three tools and a multi-turn conversation against the sandbox's scripted model.
 
 Loaded by the process-level tests with AGENTOPS_AGENT_MODULES (registered as
-``test_pydantic`` and ``test_openai``); the in-process tests build the same agents
-with a transport of their own (``build_*``).
+``test_pydantic`` and ``test_openai``, and as ``test_pydantic_notes`` and
+``test_openai_notes`` with ``write_note`` non-idempotent); the in-process tests build
+the same agents with a transport of their own (``build_*``).
 
 Every tool execution and every model response served is written to a journal (a
 JSON-lines file named by AGENTOPS_TEST_JOURNAL, or a list in-process) with its time,
@@ -313,7 +314,7 @@ def deps(inputs: dict) -> dict:
 
 
 def register(registry=None, transport=None, base_url=None) -> None:
-    """Built at import, so that qcluster's main process imports the SDKs before it forks its
+    """Built at import, so that the worker tree's main process imports the SDKs before it forks its
     workers: a worker that replaces a killed one has them already (importing one takes
     seconds, on a loaded machine more than the test leaves between two kills)."""
     from runs.adapters import openai_agents, pydantic_ai
@@ -321,10 +322,13 @@ def register(registry=None, transport=None, base_url=None) -> None:
 
     base_url = base_url or f"{sandbox_url()}/llm/v1"
     registry = registry or default
-    pydantic_ai.durable(build_pydantic(base_url, transport), name="test_pydantic",
-                        version="1", input_schema=SCHEMA, deps=deps, registry=registry)
-    openai_agents.durable(build_openai(base_url, transport), name="test_openai",
-                          version="1", input_schema=SCHEMA, context=deps, registry=registry)
+    for suffix, options in (("", {}), ("_notes", {"non_idempotent": ["write_note"]})):
+        pydantic_ai.durable(build_pydantic(base_url, transport), name=f"test_pydantic{suffix}",
+                            version="1", input_schema=SCHEMA, deps=deps, registry=registry,
+                            **options)
+        openai_agents.durable(build_openai(base_url, transport), name=f"test_openai{suffix}",
+                              version="1", input_schema=SCHEMA, context=deps,
+                              registry=registry, **options)
 
 
 register()

@@ -1,4 +1,4 @@
-"""Shared fixtures: users, real Daphne and qcluster processes on the test database.
+"""Shared fixtures: users, real Daphne and worker tree processes on the test database.
 
 In CI (CI=true) a skipped test is turned into a failure: the suite must really
 exercise PostgreSQL, Redis, the workers and the browser there.
@@ -11,12 +11,18 @@ import pytest
 import tests.workload_agents  # noqa: F401  (registers the agents tests launch)
 from tests.support.processes import Cluster, Server
 
+pytest_plugins = ["tests.timing"]  # wall and CPU per directory and slowest test, at the end
+
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 # Each database runs the store contract on the store production builds for it
 # (runs.storage.database_store): PgStore on PostgreSQL, OrmStore on SQLite. CI's
 # PostgreSQL and SQLite passes (.ci/run) thus run both stores' whole suite.
 ON_POSTGRESQL = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
-collect_ignore = ["test_store_contract_orm.py" if ON_POSTGRESQL else "test_store_contract_pg.py"]
+collect_ignore = (["test_store_contract_orm.py"] if ON_POSTGRESQL
+                  else ["test_store_contract_pg.py", "test_pgbouncer.py",
+                        "test_round_trips_pg.py", "test_run_row_pg.py",
+                        "test_lease_keeper_pg.py", "test_hot_path_one_run_pg.py",
+                        "test_partitioned_schema_pg.py", "test_scale_plans_pg.py"])
 
 
 def _flush_by_delete() -> None:
@@ -43,6 +49,89 @@ def _flush_by_delete() -> None:
 
 if ON_POSTGRESQL:
     _flush_by_delete()
+
+
+# --- where each test runs (README, "The two commands") ----------------------------------------
+# A test of real worker processes (killed, frozen, cut off from their database or the
+# services they call: tests/crash, tests/chaos, tests/cluster; worker hosts in network
+# namespaces, which also need root: tests/fleet) tells something on the
+# production configuration only: PostgreSQL + Redis. A test marked `sqlite` is about the
+# SQLite default (the ORM store's contract, bin/serve). The engine's own tests
+# (tests/durable) touch no database. Everything else runs on whichever database the
+# session has. With AGENTOPS_TEST_SPLIT=1 (.ci/run: one pass per database) every test
+# runs in one pass only: PostgreSQL runs the processes and everything else, SQLite the
+# tests about SQLite and the engine's own.
+PROCESS_DIRS = ("tests/crash/", "tests/chaos/", "tests/cluster/", "tests/fleet/",
+                "tests/limits/test_busy_limit.py")  # three worker trees share a limit
+NO_DATABASE_DIRS = ("tests/durable/",)
+SPLIT = os.environ.get("AGENTOPS_TEST_SPLIT") == "1"
+
+
+def placement(item) -> str:
+    path = item.nodeid.split("::")[0]
+    if item.get_closest_marker("sqlite"):
+        return "sqlite"
+    if path.startswith(PROCESS_DIRS):
+        return "processes"
+    if path.startswith(NO_DATABASE_DIRS):
+        return "no_database"
+    return "database"
+
+
+def runs_here(place: str) -> bool:
+    if ON_POSTGRESQL:
+        return not SPLIT or place in ("processes", "database")
+    if place == "processes":
+        return False
+    return not SPLIT or place in ("sqlite", "no_database")
+
+
+# The longest files first (wall time in CI's PostgreSQL pass, `python -m tests.timing`):
+# bin/test's pytest-xdist hands out whole files in collection order, and a 3-minute file
+# handed out last ran alone at the end while the other processes idled (CI's PostgreSQL
+# pass: 4% of its tests took its last 4 minutes). The rest keep their order.
+LONGEST_FIRST = (
+    "tests/chaos/test_chaos_ci.py", "tests/crash/test_adapter_crashes.py",
+    "tests/test_store_contract_pg.py", "tests/api/test_fuzz.py", "tests/test_pgbouncer.py",
+    "tests/crash/test_deploys.py", "tests/crash/test_worker_crashes.py",
+    "tests/crash/test_sandbox_outage.py", "tests/web/test_browser_chat.py",
+    "tests/web/test_browser.py", "tests/fuzz/test_every_endpoint.py",
+    "tests/crash/test_database_faults.py", "tests/crash/test_cluster_kills.py",
+    "tests/test_cli.py", "tests/test_store_contract_orm.py", "tests/test_serve.py",
+    "tests/limits/test_busy_limit.py", "tests/adapters/test_adapters.py",
+    "tests/web/test_csp_browser.py", "tests/crash/test_children_crashes.py",
+)
+
+
+def _longest_first(item) -> int:
+    path = item.nodeid.split("::")[0]
+    return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=_longest_first)  # stable: a file's tests keep their order
+    elsewhere = [item for item in items if not runs_here(placement(item))]
+    if not elsewhere:
+        return
+    items[:] = [item for item in items if runs_here(placement(item))]
+    config.hook.pytest_deselected(items=elsewhere)
+    processes = sum(placement(item) == "processes" for item in elsewhere)
+    config.stash[_ELSEWHERE] = (processes, len(elsewhere) - processes)
+
+
+_ELSEWHERE = pytest.StashKey[tuple]()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    processes, other = config.stash.get(_ELSEWHERE, (0, 0))
+    if processes and not ON_POSTGRESQL:
+        terminalreporter.write_line(
+            f"{processes} tests of real worker processes (tests/crash, tests/chaos, "
+            "tests/cluster, tests/fleet) run on PostgreSQL + Redis only: "
+            "DATABASE_URL=postgres://... REDIS_URL=redis://... bin/test (README)")
+    if other:
+        terminalreporter.write_line(f"{other} tests run in the other database's pass "
+                                    "(AGENTOPS_TEST_SPLIT=1, as .ci/run runs them)")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -116,7 +205,7 @@ def server(transactional_db, _module_server):
 
 @pytest.fixture
 def start_cluster(transactional_db, tmp_path, faults_dir):
-    """Start qcluster processes: start_cluster(workers=2, **env). All stopped at teardown."""
+    """Start worker trees: start_cluster(workers=2, **env). All stopped at teardown."""
     started = []
 
     def start(workers=2, name="c", **env):

@@ -11,10 +11,14 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+import tests.web.chat_agent  # noqa: F401  (registers echo_chat)
+from runs.api import tokens
+from runs.chat.models import ChatMessage
+from runs.chat.transcript import transcript
 from runs.management.commands.runs import Command
 from runs.models import AuditEntry, Run, RunEvent
 from runs.operator.forms import ReasonForm
-from tests.support.processes import ROOT, process_env
+from tests.support.processes import ROOT, Server, process_env, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -225,3 +229,173 @@ def test_rollback_previews_as_json_and_can_leave_the_run_paused():
     runs("rollback", run["id"], "--checkpoint", "1", "--then", "pause", "--reason", "look first")
     assert (Run.objects.get(pk=run["id"]).status, Run.objects.get(pk=run["id"]).branch) == \
         ("paused", 2)
+
+
+# --- a run that waits for its user: answer, send, and --wait's exit 3 -------------------------
+def waiting(agent: str, user: str = "alice") -> Run:
+    """A run of `agent` owned by `user`, executed here until it waits for input."""
+    run = json.loads(runs("launch", agent, "--user", user, "--json"))
+    runs("execute", run["id"])
+    run = Run.objects.get(pk=run["id"])
+    assert (run.status, run.attention["kind"]) == ("waiting", "input")
+    return run
+
+
+def unchanged(run: Run) -> bool:
+    after = Run.objects.get(pk=run.pk)
+    return (after.status, after.event_seq) == (run.status, run.event_seq)
+
+
+@pytest.mark.parametrize("args,message", [
+    (['{"name": ""}'], "JSON: name: '' should be non-empty"),  # the question's schema
+    (['{"nom": "Ada"}'], "'name' is a required property"),
+    (["{not json"], "JSON: not valid JSON"),
+    (['{"name": "Ada"}', "--user", "bob"], "only the run's owner can answer it"),
+])
+def test_answer_refuses_what_the_page_refuses_and_changes_nothing(users, args, message):
+    run = waiting("ask")
+    with pytest.raises(CommandError, match=message):
+        runs("answer", run.pk, *args)
+    assert unchanged(run)
+
+
+def test_answer_goes_on_with_the_run(users):
+    run = waiting("ask")
+    assert "queued" in runs("answer", run.pk[:8], '{"name": "Ada"}', "--user", "alice")
+    runs("execute", run.pk)
+    assert Run.objects.get(pk=run.pk).output == {"greeting": "Hello, Ada!"}
+    with pytest.raises(CommandError, match="not waiting for input"):
+        runs("answer", run.pk, '{"name": "Bo"}')
+
+
+@pytest.mark.parametrize("args,message", [
+    ([], "Type a message first."),
+    (["x" * 8001], "at most 8000 characters"),
+    (["hi\x00"], "--text contains a NUL character"),
+    (["hi", "--user", "bob"], "only the run's owner can write to it"),
+])
+def test_send_refuses_what_the_message_box_refuses(users, args, message):
+    run = waiting("echo_chat")
+    with pytest.raises(CommandError, match=message):
+        runs("send", run.pk, *args)
+    assert unchanged(run) and not ChatMessage.objects.exists()
+
+
+def test_send_talks_to_a_chat_as_the_message_box_does(users):
+    run = waiting("echo_chat")
+    err = StringIO()
+    call_command("runs", "send", run.pk, "how are you", "--user", "alice", stdout=StringIO(),
+                 stderr=err)
+    assert "message delivered" in err.getvalue()
+    runs("execute", run.pk)
+    run.refresh_from_db()
+    assert run.status == "waiting"
+    said = [m["text"] for m in transcript(run)["messages"] if m["role"] == "assistant"]
+    assert said[-1] == "you said: how are you"
+    runs("send", run.pk, "--end")
+    runs("execute", run.pk)
+    assert Run.objects.get(pk=run.pk).status == "succeeded"
+    with pytest.raises(CommandError, match="has succeeded: it takes no more messages"):
+        runs("send", run.pk, "still there?")
+
+
+def test_send_queues_for_a_busy_chat_and_refuses_a_run_that_is_no_chat(users):
+    busy = json.loads(runs("launch", "echo_chat", "--user", "alice", "--json"))
+    err = StringIO()
+    call_command("runs", "send", busy["id"], "later", stdout=StringIO(), stderr=err)
+    assert "message queued" in err.getvalue()
+    assert ChatMessage.objects.get(run_id=busy["id"]).state == ChatMessage.QUEUED
+    with pytest.raises(CommandError, match="not a chat"):
+        runs("send", waiting("ask").pk, "hello")
+
+
+def test_watch_exits_3_with_the_question_when_the_run_waits_for_input(users):
+    run = waiting("ask")
+    out = StringIO()
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("runs", "watch", run.pk, "--timeout", "20", stdout=out)
+    assert exit_info.value.code == 3
+    assert "waits for input: What is your name?" in out.getvalue()
+    assert '"required": ["name"]' in out.getvalue()  # the answer's schema
+    assert f"runs answer {run.pk} JSON" in out.getvalue()
+
+
+def test_launch_wait_returns_with_exit_3_when_the_chat_waits_for_its_user(users):
+    """A real `runs launch --wait` process: it returns, exit 3 with the question, as soon
+    as the run waits for a message, instead of waiting (an hour by default) for its end."""
+    wait = subprocess.Popen([sys.executable, "manage.py", "runs", "launch", "echo_chat",
+                             "--user", "alice", "--wait", "--timeout", "60"], cwd=ROOT,
+                            env=process_env(AGENTOPS_AGENT_MODULES="tests.workload_agents,"
+                                                                   "tests.web.chat_agent"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        run_id = read_line(wait.stdout).split()[1]
+        runs("execute", run_id)
+        out, err = wait.communicate(timeout=60)
+    finally:
+        wait.kill()
+    assert wait.returncode == 3, err
+    assert "waiting" in out and "waits for input: message" in out
+
+
+# --- the same over --url: the CLI through the HTTP API --------------------------------------
+CHAT_AGENTS = "tests.workload_agents,tests.web.chat_agent"
+
+
+@pytest.fixture
+def chat_server(transactional_db, tmp_path, start_cluster):
+    """A Daphne and a worker that know the test chat agent (echo_chat)."""
+    server = Server(tmp_path, AGENTOPS_AGENT_MODULES=CHAT_AGENTS)
+    start_cluster(workers=1, AGENTOPS_AGENT_MODULES=CHAT_AGENTS)
+    yield server
+    server.stop()
+
+
+def remote(server, token, *args) -> tuple[int, str, str]:
+    out, err = StringIO(), StringIO()
+    try:
+        call_command("runs", "--url", server.url, "--token", token, *args, stdout=out,
+                     stderr=err)
+        code = 0
+    except CommandError as exc:
+        code = 1
+        err.write(str(exc))
+    except SystemExit as exc:
+        code = exc.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def launched_id(out: str) -> str:
+    return out.split()[1]
+
+
+def test_answer_send_and_wait_over_the_api(users, chat_server):
+    alice = tokens.create(users["alice"], name="t", scopes=["read", "launch"], days=1,
+                          max_days=365)[1]
+    bob = tokens.create(users["bob"], name="t", scopes=["read", "launch"], days=1,
+                        max_days=365)[1]
+    code, out, err = remote(chat_server, alice, "launch", "ask", "--wait")
+    assert code == 3 and "waits for input: What is your name?" in out, err
+    ask = launched_id(out)
+    code, _, err = remote(chat_server, alice, "answer", ask, '{"name": 7}')
+    assert code == 1 and "is not of type 'string'" in err
+    assert remote(chat_server, alice, "answer", ask, '{"name": "Ada"}')[0] == 0
+    assert remote(chat_server, alice, "watch", ask, "--from", "1")[0] == 0
+    assert Run.objects.get(pk=ask).output == {"greeting": "Hello, Ada!"}
+
+    code, out, err = remote(chat_server, alice, "launch", "echo_chat", "--wait")
+    assert code == 3, err
+    chat = launched_id(out)
+    code, _, err = remote(chat_server, bob, "send", chat, "hi")
+    assert code == 1 and "No such run" in err  # another user's run is not there for bob
+    code, _, err = remote(chat_server, alice, "send", chat, "")
+    assert code == 1 and "Type a message first." in err
+    code, out, err = remote(chat_server, alice, "send", chat, "hello again")
+    assert code == 0 and "message delivered" in err, err
+    code, out, err = remote(chat_server, alice, "watch", chat)
+    assert code == 3 and "waits for input: message" in out, (out, err)
+    assert remote(chat_server, alice, "send", chat, "--end")[0] == 0
+    wait_until(lambda: Run.objects.get(pk=chat).status == "succeeded", 60,
+               message="the chat to end")
+    code, _, err = remote(chat_server, alice, "send", ask, "hello")
+    assert code == 1 and "not a chat" in err

@@ -1,28 +1,40 @@
 """`bin/serve` as a new user runs it: on the port they chose (PORT), with the
-built-in agents pointed at that port's sandbox, and stopped by SIGTERM with a
-page's live socket open: the socket is closed with the service-restart code
-(the page reconnects to the next server) and everything ends within seconds.
+built-in agents pointed at that port's sandbox, every built-in agent on the launch page
+(the SDK examples too), a console the sandbox does not flood, a worker tree started
+afresh when it ends damaged, and stopped by SIGTERM with a page's live socket open: the
+socket is closed with the service-restart code (the page reconnects to the next server)
+and everything ends within seconds.
 
-It runs the script itself (setup, migrate, collectstatic, the first login,
-honcho with the Procfile) on a SQLite file of its own, whatever the test pass.
+It runs the script itself (setup, migrate, collectstatic, the first login, the
+Procfile's two commands) on a SQLite file of its own, whatever the test pass.
+Besides: what bin/setup installs, what a non-editable install carries, and the
+sandbox's lines in the web process's log.
 """
 
 from __future__ import annotations
 
+import html
+import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
+import sys
 
 import httpx
 import psutil
+import pytest
 
 from runs.live.shutdown import CLOSE_SERVICE_RESTART
+from sandbox.logs import SandboxAnswers
 from tests.support.live_sockets import close_codes
-from tests.support.processes import ROOT, free_port, wait_until
+from tests.support.processes import ROOT, Managed, free_port, process_env, wait_until
+
+pytestmark = pytest.mark.sqlite  # bin/serve is the SQLite default (tests/conftest.py)
 
 WEB_STOPS_WITHIN_SECONDS = 3.0
-ALL_STOP_WITHIN_SECONDS = 5.0  # the worker hands its runs back first (honcho's own limit: 5 s)
+ALL_STOP_WITHIN_SECONDS = 5.0  # the worker hands its runs back first
 
 
 def serve(tmp_path, port: int) -> subprocess.Popen:
@@ -45,10 +57,20 @@ def log_in(client: httpx.Client, output: str) -> None:
     assert response.status_code == 302, response.text[:500]
 
 
-def form_fields(html: str) -> dict[str, str]:
-    form = html[html.index('class="card launch-form"'):]
+def form_fields(page: str) -> dict[str, str]:
+    form = page[page.index('class="card launch-form"'):]
     form = form[:form.index("</form>")]
-    return dict(re.findall(r'<input [^>]*name="([^"]+)" value="([^"]*)"', form))
+    fields = re.findall(r'<input [^>]*name="([^"]+)" value="([^"]*)"', form)
+    fields += re.findall(r'<textarea [^>]*name="([^"]+)"[^>]*>([^<]*)</textarea>', form)
+    return {name: html.unescape(value.strip("\n")) for name, value in fields}
+
+
+def launch(client: httpx.Client, agent: str, **values) -> str:
+    fields = form_fields(client.get(f"/launch/{agent}/").text)
+    fields.update(values)
+    launched = client.post(f"/launch/{agent}/", data=fields)
+    assert launched.status_code == 302, launched.text[:2000]
+    return re.search(r"/runs/([0-9a-f]{32})/", launched.headers["location"]).group(1)
 
 
 def up(client: httpx.Client) -> bool:
@@ -58,9 +80,21 @@ def up(client: httpx.Client) -> bool:
         return False
 
 
+def titled(serve: subprocess.Popen, title: str) -> list[psutil.Process]:
+    """bin/serve's live descendants whose title (runs/worker/roles.py) is `title`."""
+    found = []
+    for process in psutil.Process(serve.pid).children(recursive=True):
+        try:
+            words = " ".join(process.cmdline()).split()
+            if words == title.split() and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
 def exited(process: psutil.Process) -> bool:
-    """Gone, or a zombie. Honcho's shell dies first, so Daphne's exit is reaped by whatever
-    adopts it, as late as that process likes (some container inits: not for seconds)."""
+    """Gone, or a zombie (its parent, bin/serve, reaps it as it likes)."""
     try:
         return process.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
@@ -81,21 +115,46 @@ def test_bin_serve_on_its_port_and_a_clean_stop(tmp_path):
         assert proc.poll() is None, output()[-3000:]
         log_in(client, output())
 
-        # the launch form points the agent at this port's sandbox...
+        # every built-in agent is on the launch page, the SDK examples too (bin/setup
+        # installs the adapters extra)...
+        offered = set(re.findall(r'href="/launch/([\w-]+)/"', client.get("/launch/").text))
+        assert {"crawl", "migrate", "assistant", "pydantic_assistant",
+                "openai_assistant"} <= offered, offered
+        # ...the launch form points the agent at this port's sandbox...
         fields = form_fields(client.get("/launch/crawl/").text)
         assert fields["site_url"] == f"{base}/sandbox/site"
-        fields.update(pages="12", error_rate="0", latency_ms="0")
-        launched = client.post("/launch/crawl/", data=fields)
-        assert launched.status_code == 302, launched.text[:2000]
-        run_id = re.search(r"/runs/([0-9a-f]{32})/", launched.headers["location"]).group(1)
+        # (a flaky site: the sandbox answers a third of the first requests with a 503)
+        run_ids = [launch(client, "crawl", pages="12", error_rate="0.34", latency_ms="0"),
+                   launch(client, "pydantic_assistant", latency_ms="0")]
 
-        # ...and the worker reaches it: the crawl succeeds
-        def finished():
+        # ...and the worker reaches it: the crawl and the SDK agent succeed
+        def finished(run_id):
             page = client.get(f"/runs/{run_id}/").text
             return re.search(r'badge status-(succeeded|failed|needs_attention)', page)
 
-        ended = wait_until(finished, 120, message="the crawl to finish")
-        assert ended.group(1) == "succeeded", output()[-3000:]
+        for run_id in run_ids:
+            ended = wait_until(lambda run_id=run_id: finished(run_id), 120,
+                               message=f"run {run_id} to finish")
+            assert ended.group(1) == "succeeded", output()[-3000:]
+        run_id = run_ids[0]
+
+        # The console shows the app's own lines, not the sandbox's requests nor its
+        # deliberate 503s (a setting turns its access log on: test_sandbox_lines below).
+        # (A database fault in the sandbox is the app's own line, and may be logged.)
+        console = output()
+        assert '"POST /launch/crawl/" 302' in console
+        noise = [line for line in console.splitlines()
+                 if re.search(r'"[A-Z]+ /sandbox/|django\.request .*/sandbox/', line)]
+        assert noise == [], noise[:5]
+        assert "Traceback" not in console, console[-3000:]
+        assert console.count("log in as") == 1
+
+        # The worker tree is crash-only: its main killed, bin/serve starts a fresh tree.
+        [main] = titled(proc, "agentops main")
+        main.kill()
+        wait_until(lambda: [p.pid for p in titled(proc, "agentops main")] not in ([], [main.pid])
+                   and titled(proc, "agentops worker-1"), 60, message="a fresh worker tree")
+        assert "the worker tree ended (exit 137): starting a fresh one" in output()  # 128+9
 
         # SIGTERM with the run page's socket open (and a keep-alive HTTP connection)
         daphne = [p for p in psutil.Process(proc.pid).children(recursive=True)
@@ -118,3 +177,134 @@ def test_bin_serve_on_its_port_and_a_clean_stop(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+
+
+def fake_venv(root) -> None:
+    """A .venv whose pip writes down what it was asked (bin/setup keeps an existing one)."""
+    bin_dir = root / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text("#!/bin/sh\n")
+    (bin_dir / "pip").write_text(f'#!/bin/sh\necho "$*" >> {root / "pip.log"}\n')
+    for name in ("python", "pip"):
+        (bin_dir / name).chmod(0o755)
+
+
+def test_bin_setup_installs_the_sdk_examples_extra(tmp_path):
+    """bin/serve's set-up installs the adapters extra: the built-in SDK examples
+    (pydantic_assistant, openai_assistant) need it, and it goes in before the app runs
+    (installed under a running app, a launched run met a worker that lacked the agent)."""
+    (tmp_path / "bin").mkdir()
+    shutil.copy(ROOT / "bin" / "setup", tmp_path / "bin" / "setup")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    fake_venv(tmp_path)
+
+    def installs(*args) -> list[str]:
+        before = (tmp_path / "pip.log").read_text() if (tmp_path / "pip.log").exists() else ""
+        subprocess.run([str(tmp_path / "bin" / "setup"), *args], cwd=tmp_path, check=True,
+                       timeout=60)
+        return (tmp_path / "pip.log").read_text()[len(before):].splitlines()
+
+    assert "install -q -e .[adapters]" in installs()
+    assert installs() == []  # done once (until pyproject.toml changes)
+    assert "install -q -e .[test,adapters]" in installs("test")
+
+
+def test_a_non_editable_install_has_every_app_and_the_site_files(tmp_path):
+    """What `pip install .` puts into site-packages (built by setuptools' build_py, as the
+    wheel is, with this venv's setuptools: offline, in seconds) runs without the
+    checkout: every installed app imports (builtin_agents too), `check` passes, and the
+    site's and the sandbox's templates and static files are found inside the install."""
+    lib = tmp_path / "lib"
+    built = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib",
+                            str(lib)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert built.returncode == 0, built.stderr
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "REDIS_URL", "PYTHONPATH", "DJANGO_SETTINGS_MODULE")}
+    env.update(PYTHONPATH=str(lib), DJANGO_SETTINGS_MODULE="agentops.settings",
+               AGENTOPS_VAR_DIR=str(tmp_path / "var"), STATIC_ROOT=str(tmp_path / "static"))
+    script = """
+import django
+django.setup()
+from django.contrib.staticfiles import finders
+from django.core.management import call_command
+from django.template.loader import get_template
+import agentops, builtin_agents, runs, sandbox
+from runs.durable import registry
+call_command("check")
+for module in (agentops, builtin_agents, runs, sandbox):
+    print("module", module.__file__)
+for name in ("base.html", "sandbox/report.html"):
+    print("template", get_template(name).origin.name)
+for name in ("css/app.css", "sandbox/report.css"):
+    print("static", finders.find(name))
+print("agents", *registry.names())
+"""
+    ran = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    lines = ran.stdout.splitlines()
+    found = [line.split(" ", 1)[1] for line in lines
+             if line.split(" ")[0] in ("module", "template", "static")]
+    assert len(found) == 8 and all(path.startswith(str(lib)) for path in found), lines
+    agents = next(line for line in lines if line.startswith("agents")).split()
+    assert {"crawl", "migrate", "assistant"} <= set(agents), agents
+
+
+SANDBOX_REQUESTS = [  # (method, path, headers): each answered on purpose with an error
+    ("GET", "/sandbox/site/page/1?pages=20&latency_ms=0&error_rate=1", {}),  # a flaky page
+    ("POST", "/sandbox/api/records", {"Idempotency-Key": "k-1", "X-Sandbox-Fail": "before"}),
+    ("GET", "/sandbox/site/page/99?pages=20&latency_ms=0", {}),              # past the site
+    ("GET", "/sandbox/site/page/1?pages=none", {}),                          # a bad parameter
+]
+
+
+@pytest.mark.parametrize("access_log", [False, True])
+def test_sandbox_lines_in_the_web_process_log(transactional_db, tmp_path, access_log):
+    """The Procfile's web process (python -m sandbox.daphne) writes no line for the
+    sandbox's requests, its deliberate 503s included, unless AGENTOPS_SANDBOX_ACCESS_LOG=1;
+    then one line each, the access log's. Never a traceback; the app's own requests are
+    logged as before."""
+    port = free_port()
+    env = process_env(AGENTOPS_LOG_FORMAT="text",
+                      AGENTOPS_SANDBOX_ACCESS_LOG="1" if access_log else "0")
+    web = Managed([sys.executable, "-m", "sandbox.daphne", "-b", "127.0.0.1", "-p", str(port),
+                   "agentops.asgi:application"], env, tmp_path / "web.log")
+    try:
+        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+        wait_until(lambda: up(client) or not web.alive(), 60, message="the web process")
+        for method, path, headers in SANDBOX_REQUESTS:
+            body = b'{"a": 1}' if method == "POST" else None
+            answer = client.request(method, path, headers=headers, content=body)
+            assert answer.status_code in (400, 404, 503), (path, answer.status_code)
+        assert client.get("/no-such-page/").status_code == 404
+        # the app's own line, written after the sandbox's: every earlier line is in
+        wait_until(lambda: '"GET /no-such-page/" 404' in web.output(), 30,
+                   message="the app's access line")
+    finally:
+        web.stop()
+    console = web.log_path.read_text(errors="replace")
+    lines = [line for line in console.splitlines() if "/sandbox/" in line]
+    assert "Traceback" not in console
+    if access_log:
+        assert len(lines) == len(SANDBOX_REQUESTS), lines
+        assert all(re.search(r'" (400|404|503) ', line) for line in lines), lines
+    else:
+        assert lines == []
+
+
+def test_an_exception_in_the_sandbox_still_logs_with_its_traceback():
+    class Request:
+        path = "/sandbox/api/records"
+
+    def record(exc_info):
+        made = logging.LogRecord("django.request", logging.ERROR, __file__, 1, "Internal "
+                                 "Server Error: %s", (Request.path,), exc_info)
+        made.request = Request()
+        return made
+
+    try:
+        raise RuntimeError("a bug")
+    except RuntimeError:
+        failure = sys.exc_info()
+    assert SandboxAnswers().filter(record(failure))
+    assert not SandboxAnswers().filter(record(None))  # an answer the sandbox chose

@@ -1,4 +1,5 @@
-"""run_launch: the run it returns is the row in the database, and it is queued."""
+"""run_launch: the run it returns is the row in the database, queued, and its commit is
+the whole launch: no task is sent anywhere (a free worker slot polls the due runs)."""
 
 import pytest
 from django.db import connection
@@ -19,5 +20,5 @@ def test_the_launched_run_is_the_stored_row_and_is_queued(users):
     stored = Run.objects.get(pk=run.id)
     assert {f: getattr(run, f) for f in FIELDS} == {f: getattr(stored, f) for f in FIELDS}
     assert run.owner == users["alice"] and run.get_absolute_url().endswith(f"{run.id}/")
-    assert stored.enqueued_at is not None  # its task is in the queue
+    assert stored.status == "queued" and stored.enqueued_at is None  # no task sent
     assert not any(q["sql"].startswith('SELECT "runs_run"') for q in queries.captured_queries)

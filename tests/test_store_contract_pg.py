@@ -8,11 +8,12 @@ from runs.storage import database_store
 from runs.storage.pg import PgStore
 from tests.durable.contract_children import ChildrenContract
 from tests.durable.contract_parallel import ParallelContract
+from tests.durable.contract_versions import VersionsContract
 from tests.support.store_contract import DatabaseStoreContract
 
 
 @pytest.mark.django_db(transaction=True)
-class TestPgStore(ChildrenContract, ParallelContract, DatabaseStoreContract):
+class TestPgStore(ChildrenContract, ParallelContract, VersionsContract, DatabaseStoreContract):
     @pytest.fixture
     def store(self, transactional_db):
         assert connection.vendor == "postgresql"

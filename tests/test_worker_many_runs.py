@@ -1,6 +1,6 @@
 """One worker process holds many runs at once (threads), on a few pooled connections.
 
-Real processes: a qcluster with one worker process, runs of an agent whose tool
+Real processes: a worker tree with one worker process, runs of an agent whose tool
 sleeps (as model calls do), the connection count read from pg_stat_activity.
 """
 
@@ -13,10 +13,10 @@ from runs.models import Run, RunEvent
 from tests.support.processes import wait_until
 
 POOL = 4
-# The cluster's other processes (main, sentinel, monitor, pusher) keep a connection
-# each, the worker process one beside its pool; the lease keeper and the claim loop
-# share the pool.
-OTHER_CONNECTIONS = 5
+# The tree's main and the worker's lease keeper keep a connection each (the keeper's
+# renewals must not wait behind the runs: runs/worker/leases.py); the worker's run threads
+# and its claim loop share the pool.
+OTHER_CONNECTIONS = 2
 
 
 def launch_tickers(count: int) -> list[str]:

@@ -21,10 +21,24 @@ def sandbox_url() -> str:
     return os.environ.get("AGENTOPS_SANDBOX_URL", "http://127.0.0.1:8000/sandbox")
 
 
+_clients: dict[int, httpx.Client] = {}
+
+
+def _client() -> httpx.Client:
+    """The process's client (a forked worker makes its own). `httpx.post` would make a
+    client a call, and a client's making costs ~50 ms of CPU (its TLS context): 3 cores'
+    worth at bench/deploy.py's 65 calls a second, which then measured a saturated machine.
+    No connection is kept between calls, so each call connects as before: a target
+    restarted meanwhile (tests/chaos) never meets a stale one."""
+    pid = os.getpid()
+    if pid not in _clients:  # two threads making one each at once: one is kept, both work
+        _clients[pid] = httpx.Client(timeout=10, limits=httpx.Limits(max_keepalive_connections=0))
+    return _clients[pid]
+
+
 def _post(path: str, payload: dict, headers: dict | None = None) -> dict:
     try:
-        response = httpx.post(f"{sandbox_url()}{path}", json=payload, headers=headers or {},
-                              timeout=10)
+        response = _client().post(f"{sandbox_url()}{path}", json=payload, headers=headers or {})
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
         # No connection was made: the request cannot have reached the target.
         raise TransientToolError(f"{type(exc).__name__}: {exc}", reached_target=False) from exc

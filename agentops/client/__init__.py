@@ -25,10 +25,11 @@ from agentops.client.types import (
     Effect,
     Event,
     EventPage,
+    Message,
     Run,
     RunPage,
 )
 
 __all__ = ["Agent", "ApiError", "AuthenticationFailed", "Checkpoint", "Client", "Conflict",
-           "Effect", "Event", "EventPage", "Forbidden", "InvalidRequest", "NotFound", "Run",
-           "RunPage", "Unavailable"]
+           "Effect", "Event", "EventPage", "Forbidden", "InvalidRequest", "Message",
+           "NotFound", "Run", "RunPage", "Unavailable"]

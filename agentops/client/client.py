@@ -8,10 +8,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+from httpx_sse import ServerSentEvent, SSEError, connect_sse
 
-from agentops.client import sse
 from agentops.client.errors import ApiError, Unavailable, error_for
-from agentops.client.types import Agent, Checkpoint, Effect, End, Event, EventPage, Run, RunPage
+from agentops.client.types import (
+    Agent,
+    Checkpoint,
+    Effect,
+    End,
+    Event,
+    EventPage,
+    Message,
+    Run,
+    RunPage,
+)
 
 RETRYABLE = (httpx.TransportError,)
 
@@ -87,7 +97,16 @@ class Client:
         return self._run_post(run_id, "cancel", {"reason": reason})
 
     def answer(self, run_id: str, value: Any) -> Run:
+        """Answer the question the run waits on (`run.attention`: its prompt and schema)."""
         return self._run_post(run_id, "input", {"value": value})
+
+    def send(self, run_id: str, text: str = "", *, end: bool = False) -> Message:
+        """A chat message to a chat agent's run, as the run page's box sends it: taken at
+        once if the run waits for it, else queued for its next wait. `end`: end the chat."""
+        data = self._json("POST", f"/runs/{_seg(run_id)}/messages",
+                          json_body={"text": text, "end": end})
+        return Message(data["id"], data["state"], data["text"], data["end"],
+                       Run.from_dict(data["run"]))
 
     # --- events, checkpoints, effects ----------------------------------------------------
     def events(self, run_id: str, after: int = 0, limit: int = 500) -> EventPage:
@@ -158,8 +177,8 @@ class Client:
                         data = json.loads(message.data)
                         self.last_end = End(data.get("status", ""), data.get("seq", last), data)
                         return
-                    if message.event != "message" or message.id is None:
-                        continue
+                    if message.event != "message" or not message.id:
+                        continue  # the stream's retry, a keep-alive
                     seq = int(message.id)
                     if seq <= last:
                         continue  # already yielded (never twice)
@@ -179,16 +198,21 @@ class Client:
                 time.sleep(delay)  # a back-off between attempts, not a synchronisation
                 delay = min(delay * 2, 2.0)
 
-    def _stream(self, run_id: str, after: int, read_timeout: float) -> Iterator[sse.Message]:
+    def _stream(self, run_id: str, after: int,
+                read_timeout: float) -> Iterator[ServerSentEvent]:
         timeout = httpx.Timeout(self.http.timeout.connect or 10.0, read=read_timeout)
-        headers = {"Accept": "text/event-stream", "Last-Event-ID": str(after)}
         self.connections += 1
-        with self.http.stream("GET", f"/runs/{_seg(run_id)}/events/stream", headers=headers,
-                              timeout=timeout) as response:
+        with connect_sse(self.http, "GET", f"/runs/{_seg(run_id)}/events/stream",
+                         headers={"Last-Event-ID": str(after)}, timeout=timeout) as source:
+            response = source.response
             if response.status_code >= 400:
                 response.read()
                 raise error_for(response.status_code, _body(response))
-            yield from sse.messages(response.iter_lines())
+            try:
+                yield from source.iter_sse()
+            except SSEError as exc:  # a 200 that is no event stream (a proxy's page)
+                raise Unavailable(response.status_code, f"no event stream from "
+                                                        f"{self.base_url}: {exc}") from None
 
 
 def _body(response: httpx.Response):

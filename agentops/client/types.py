@@ -62,6 +62,18 @@ class Run(_FromDict):
 
 
 @dataclass(frozen=True)
+class Message:
+    """A chat message as sent: "delivered" (the run was waiting and took it) or "queued"
+    (it takes it at its next wait); `run` as it was then."""
+
+    id: int
+    state: str
+    text: str
+    end: bool
+    run: Run
+
+
+@dataclass(frozen=True)
 class RunPage:
     runs: list[Run]
     next_cursor: str | None

@@ -1,6 +1,6 @@
 """The agents the comparison runs, on agentops' public API only.
 
-Loaded in the bench process by import and in the qcluster workers through
+Loaded in the bench process by import and in the worker processes through
 AGENTOPS_AGENT_MODULES=bench.compare.agents. Each mirrors the peer's program
 in bench/compare/dbos_peer.py or langgraph_peer.py.
 """

@@ -1,4 +1,4 @@
-"""A real `manage.py qcluster` on the bench database, as the Procfile's worker line runs it."""
+"""A real `manage.py worker` on the bench database, as the Procfile's worker line runs it."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import psutil
 from bench.setup_db import ROOT
 
 
-class QCluster:
+class WorkerTree:
     def __init__(self, url: str, workers: int | None = None, **env):
         self.url = url
-        self.tmp = Path(tempfile.mkdtemp(prefix="bench-qcluster-"))
+        self.tmp = Path(tempfile.mkdtemp(prefix="bench-worker-"))
         self.pid_dir = self.tmp / "pids"
         self.pid_dir.mkdir()
         child_env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
@@ -28,29 +28,26 @@ class QCluster:
             "PYTHONPATH": str(ROOT), "AGENTOPS_AGENT_MODULES": "bench.compare.agents",
             "AGENTOPS_WORKER_PID_DIR": str(self.pid_dir),
         })
-        # The cluster's name is its broker's queue key: the bench process enqueues
-        # under the name from its own settings, so the cluster must use the same.
-        child_env.pop("Q_CLUSTER_NAME", None)
         if workers is not None:
             child_env["AGENTOPS_WORKERS"] = str(workers)
         child_env.update({k: str(v) for k, v in env.items()})
-        self.log_path = self.tmp / "qcluster.log"
+        self.log_path = self.tmp / "worker.log"
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=ROOT,
+            self.proc = subprocess.Popen([sys.executable, "manage.py", "worker"], cwd=ROOT,
                                          env=child_env, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)
         self.workers = workers or int(_settings_workers())
         deadline = time.monotonic() + 60
         while len(self.worker_pids()) < self.workers:
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"qcluster did not start:\n{self.log_path.read_text()[-3000:]}")
+                raise RuntimeError(f"the worker tree did not start:\n{self.log_path.read_text()[-3000:]}")
             time.sleep(0.1)
 
     def worker_pids(self) -> list[int]:
         return [int(p.name.split("-")[1]) for p in self.pid_dir.glob("worker-*")]
 
     def memory(self) -> int:
-        """Proportional set size (PSS) of the cluster's processes together: forked
+        """Proportional set size (PSS) of the tree's processes together: forked
         workers share pages with their parent, which a sum of RSS would count again."""
         try:
             main = psutil.Process(self.proc.pid)
@@ -60,7 +57,7 @@ class QCluster:
         return sum(_pss(p) for p in procs)
 
     def connections(self) -> int:
-        """PostgreSQL connections of this cluster: the database's, minus this process's
+        """PostgreSQL connections of this tree: the database's, minus this process's
         own (the bench runs alone on its database)."""
         import psycopg
 

@@ -1,5 +1,5 @@
 """agentops' side of the scenarios: the real engine on the ORM store (PostgreSQL fast
-path included), in this process or in a real `manage.py qcluster`."""
+path included), in this process or in a real `manage.py worker`."""
 
 from __future__ import annotations
 
@@ -70,8 +70,6 @@ def abandon(run_ids: list[str]) -> None:
     """After a window with the cluster stopped: end the bench's unfinished runs."""
     Run.objects.filter(pk__in=run_ids).exclude(status="succeeded").update(
         status="cancelled", lease_owner=None, lease_expires_at=None, enqueued_at=None)
-    with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM django_q_ormq")
 
 
 # --- sizes --------------------------------------------------------------------------------

@@ -69,7 +69,7 @@ def _kind(query) -> str:
     if words.startswith("WITH run AS (UPDATE"):
         return "fast-path effect commit (WITH ... UPDATE/INSERT)"
     for table in ("runs_runevent", "runs_checkpoint", "runs_effect", "runs_auditentry",
-                  "runs_run", "django_q"):
+                  "runs_run"):
         if f'"{table}"' in text or f" {table} " in text or f" {table}\n" in text:
             verb = text.split()[0].upper()
             return f"{verb} {table}"

@@ -57,10 +57,10 @@ def durable_steps(b: Bench) -> None:
 # --- 2: many small runs, real worker --------------------------------------------------------
 def many_small_runs(b: Bench) -> None:
     from bench.compare import dbos_peer, ours
-    from bench.compare.cluster import QCluster
+    from bench.compare.cluster import WorkerTree
 
     runs, steps = b.sizes.runs, b.sizes.run_effects
-    cluster = QCluster(b.url)
+    cluster = WorkerTree(b.url)
     b.extra["qcluster_workers"] = cluster.workers
 
     def rep(_):
@@ -84,7 +84,7 @@ def many_small_runs(b: Bench) -> None:
     b.rows.append(Row(
         "2", f"{runs:,} runs of {steps} effects, launch to finished", "runs/s", "/s", s["ours"],
         s["dbos"], "DBOS", 1.0, True, ">= 1x DBOS",
-        f"agentops: run_launch + a real qcluster ({cluster.workers} worker processes); "
+        f"agentops: run_launch + a real worker tree ({cluster.workers} worker processes); "
         f"DBOS: Queue.enqueue, executed in-process (threads); both: first launch to last finish"))
 
 
@@ -190,7 +190,7 @@ def concurrency(b: Bench) -> None:
     everyone = Samples([float(runs)] * len(s["ours_runs"].values))
     b.rows += [
         Row("6", title, "effects/s", "/s", s["ours_rate"], s["dbos_rate"], "DBOS", None, True,
-            "(reported)", f"agentops: one qcluster of {b.extra.get('qcluster_workers')} "
+            "(reported)", f"agentops: one worker tree of {b.extra.get('qcluster_workers')} "
             f"worker process(es) holding up to {b.extra.get('runs_per_worker_process')} runs "
             "each; DBOS: one process, its Queue without a concurrency limit (a thread "
             "per workflow)"),
@@ -200,7 +200,7 @@ def concurrency(b: Bench) -> None:
             None, True, "(reported)"),
         Row("6", title, "peak memory (PSS)", "MiB", s["ours_rss"], s["dbos_rss"], "DBOS",
             None, False, "(reported)",
-            "agentops: qcluster main + sentinel + monitor + pusher + workers; DBOS: one process"),
+            "agentops: the tree's main + workers; DBOS: one process"),
     ]
 
 
@@ -208,7 +208,7 @@ def _ours_window(b: Bench, runs: int, window: float):
     """Launch every run first (queued, their tasks in the broker), then start the
     worker cluster: the window opens when its workers are up, as DBOS's does."""
     from bench.compare import ours
-    from bench.compare.cluster import QCluster
+    from bench.compare.cluster import WorkerTree
 
     # One worker process holding every run, as DBOS runs them in one process: on two
     # cores shared with PostgreSQL a second process only adds a GIL-bound competitor
@@ -220,7 +220,7 @@ def _ours_window(b: Bench, runs: int, window: float):
         t0 = time.time()
         ids = ours.launch_many("bench-llm", {"n": 1000, "seconds": 1.0}, runs)
         b.extra.setdefault("s6_launch_seconds", []).append(round(time.time() - t0, 2))
-        cluster = QCluster(b.url, workers=1, AGENTOPS_RUNS_PER_WORKER=runs)
+        cluster = WorkerTree(b.url, workers=1, AGENTOPS_RUNS_PER_WORKER=runs)
         start = time.time()
         connections = []
 

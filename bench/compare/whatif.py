@@ -90,8 +90,8 @@ def checkpoint_commit() -> None:
         step[0] += 1
         cp = r.CheckpointRecord(number=0, branch=1, step_no=step[0], blob=blob, codec=codec,
                                 created_at=time.time())
-        store.commit(run.id, epoch, r.Commit(run={"step_no": step[0],
-                                                  "lease_expires_at": time.time() + 60},
+        store.commit(run.id, epoch, r.Commit(run=r.RunChanges(step_no=step[0],
+                                                              lease_expires_at=time.time() + 60),
                                              checkpoint=cp))
 
     def one_statement():
@@ -166,7 +166,7 @@ def effect_indexes() -> None:
                            digest="d" * 32, key=f"{run.id}:1:1:{seq[0]}", idempotent=True,
                            status="done", args_preview=str(seq[0]), result=seq[0], attempts=1,
                            started_at=time.time(), finished_at=time.time(), epoch=epoch)
-        store.commit(run.id, epoch, r.Commit(run={"lease_expires_at": time.time() + 60},
+        store.commit(run.id, epoch, r.Commit(run=r.RunChanges(lease_expires_at=time.time() + 60),
                                              effects=[e], events=[("effect", {"seq": seq[0]})]))
 
     drop = "ALTER TABLE runs_effect DROP CONSTRAINT effect_unique_key"

@@ -14,6 +14,7 @@ imported until an agent of it is wrapped: the app runs without them.
 from __future__ import annotations
 
 from .effects import current_effect, idempotency_key, made_by
+from .errors import NoIdempotencyKeyError
 
 
 def durable(sdk_agent, *, name: str, version: str, **options):
@@ -30,4 +31,4 @@ def durable(sdk_agent, *, name: str, version: str, **options):
     return wrap(sdk_agent, name=name, version=version, **options)
 
 
-__all__ = ["durable", "current_effect", "idempotency_key"]
+__all__ = ["durable", "current_effect", "idempotency_key", "NoIdempotencyKeyError"]

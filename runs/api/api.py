@@ -2,24 +2,29 @@
 errors look (always {"detail": text}, with "errors" for a 422 of the request's shape).
 
 Engine refusals map by class: bad input 422, a state that does not allow it 409,
-something that is not there 404. A database fault is a 503 with Retry-After, as on
-the pages."""
+something that is not there 404. A body over the limit is a 413, one that is not
+application/json a 415, one that is not clean JSON a 400. A database fault is a 503 with
+Retry-After, as on the pages. What no handler here answers (an unknown path, a method
+an endpoint lacks, a 500) is made JSON by runs/api/middleware.py."""
 
 from __future__ import annotations
 
 import logging
 
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
 from ninja.openapi.docs import Swagger
 
+from runs.api import approvals, chat, deploys, endpoints, operate, stream
 from runs.api.auth import AUTH
-from runs.api.parsing import GuardedJSONParser
+from runs.api.parsing import GuardedJSONParser, UnsupportedMediaTypeError
+from runs.db_faults import DATABASE_FAULTS
 from runs.durable import errors as e
 from runs.web import untrusted
 from runs.web.middleware import RETRY_AFTER_SECONDS
-from runs.worker.db import DATABASE_FAULTS
 
 logger = logging.getLogger("agentops.api")
 
@@ -82,9 +87,24 @@ def validation_error(request, exc):
     return detail(request, 422, f"{where}: {first['msg']}", errors)
 
 
+@api.exception_handler(PermissionDenied)
+def permission_denied(request, exc):
+    return detail(request, 403, str(exc) or "Forbidden.")
+
+
+@api.exception_handler(RequestDataTooBig)
+def body_too_large(request, exc):  # Django's own limit, met before the parser's
+    return detail(request, 413, "the request body is refused: too large, at most "
+                                f"{settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
+
+
 @api.exception_handler(HttpError)
 def http_error(request, exc):
     cause = exc.__cause__
+    if isinstance(cause, UnsupportedMediaTypeError):
+        return detail(request, 415, str(cause))
+    if isinstance(cause, untrusted.TooLargeError):
+        return detail(request, 413, f"the request body is refused: {cause}")
     if isinstance(cause, untrusted.UntrustedInputError):  # from GuardedJSONParser
         return detail(request, 400, f"the request body is refused: {cause}")
     if exc.status_code == 400 and cause is not None:
@@ -102,6 +122,8 @@ for fault in DATABASE_FAULTS:
     api.add_exception_handler(fault, database_unavailable)
 
 
-import runs.api.endpoints  # noqa: E402,F401  (registers the operations)
-import runs.api.operate  # noqa: E402,F401
-import runs.api.stream  # noqa: E402,F401
+# Each module of operations has a router of its own, mounted here only: they import
+# nothing of this module, so no module of the API imports one that imports it back.
+# In this order the OpenAPI document lists the paths as it always has.
+for operations in (endpoints, approvals, chat, deploys, operate, stream):
+    api.add_router("", operations.router)

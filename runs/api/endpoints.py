@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from django.db import IntegrityError
 from django.http import HttpResponse
-from ninja import Header, Query, Status
+from ninja import Header, Query, Router, Status
 from ninja.errors import HttpError
 
 from runs import selectors, services
 from runs.api import idempotency
 from runs.api import schemas as s
-from runs.api.api import api
 from runs.api.auth import need, need_operator
 from runs.api.present import checkpoint_out, effect_out, event_out, run_out, runs_out
 from runs.api.validate import reason_of
@@ -20,8 +19,10 @@ from runs.durable import AgentNotFoundError, DurableError, registry
 from runs.models import Run
 from runs.operator import selectors as ops_selectors
 
+router = Router()  # mounted by runs/api/api.py
+
 READ = {400: s.Error, 401: s.Error, 403: s.Error, 404: s.Error, 422: s.Error, 503: s.Error}
-WRITE = {**READ, 409: s.Error}
+WRITE = {**READ, 409: s.Error, 413: s.Error, 415: s.Error}  # a body: too large, not JSON
 RunId = s.RUN_ID
 MAX_PAGE = 200
 
@@ -47,15 +48,15 @@ def _agent(name: str) -> dict:
             "input_schema": cls.input_schema or {}}
 
 
-@api.get("/agents", response={200: list[s.AgentOut], **READ}, tags=["agents"],
-         summary="The agents one can launch, with their input schemas")
+@router.get("/agents", response={200: list[s.AgentOut], **READ}, tags=["agents"],
+            summary="The agents one can launch, with their input schemas")
 def list_agents(request):
     need(request, "read")
     return [_agent(name) for name in registry.names()]
 
 
-@api.get("/agents/{name}", response={200: s.AgentOut, **READ}, tags=["agents"],
-         summary="One agent and its input schema")
+@router.get("/agents/{name}", response={200: s.AgentOut, **READ}, tags=["agents"],
+            summary="One agent and its input schema")
 def get_agent(request, name: str):
     need(request, "read")
     try:
@@ -65,8 +66,8 @@ def get_agent(request, name: str):
 
 
 # --- runs ------------------------------------------------------------------------------
-@api.post("/runs", response={202: s.RunOut, **WRITE}, tags=["runs"],
-          summary="Launch a run (202 and the run; idempotent under Idempotency-Key)")
+@router.post("/runs", response={202: s.RunOut, **WRITE}, tags=["runs"],
+             summary="Launch a run (202 and the run; idempotent under Idempotency-Key)")
 def launch(request, response: HttpResponse, body: s.LaunchIn,
            idempotency_key: str | None = Header(None, alias="Idempotency-Key",
                                                 max_length=255)):
@@ -100,8 +101,8 @@ def _launched(response, run: Run):
     return Status(202, run_out(run))
 
 
-@api.get("/runs", response={200: s.RunPage, **READ}, tags=["runs"],
-         summary="Runs, newest first: your own, or (operators, all=true) everyone's")
+@router.get("/runs", response={200: s.RunPage, **READ}, tags=["runs"],
+            summary="Runs, newest first: your own, or (operators, all=true) everyone's")
 def list_runs(request,
               status: str = Query("", max_length=20,
                                   description="a status, or 'active' (not ended)"),
@@ -115,13 +116,20 @@ def list_runs(request,
               limit: int = Query(50, ge=1, le=MAX_PAGE)):
     need(request, "read")
     user = request.auth
+    if cursor and ops_selectors.decode_cursor(cursor) is None:
+        # a damaged cursor is an error, never the first page again (a client would page
+        # forever)
+        raise HttpError(400, "cursor: not a cursor this API gave (pass next_cursor as it "
+                             "came, or no cursor for the first page)")
     if status and status not in selectors.STATUS_FILTERS:
         raise HttpError(422, f"status: one of {', '.join(selectors.STATUS_FILTERS)}")
     if all or owner:
         if not selectors.can_see_all(user):
             raise HttpError(403, "only operators list every user's runs")
         filters = {"agent": agent, "owner": owner}
-        runs = ops_selectors.filtered_runs({k: v for k, v in filters.items() if v})
+        # every field, unlike the all-runs page: run_out returns inputs, output and
+        # error, and a deferred field is a query per run
+        runs = ops_selectors.filtered_runs({k: v for k, v in filters.items() if v}).defer(None)
         if status:
             runs = runs.filter(status__in=selectors.STATUS_FILTERS[status])
     else:
@@ -132,15 +140,15 @@ def list_runs(request,
     return {"runs": runs_out(page.runs), "next_cursor": page.next_cursor}
 
 
-@api.get("/runs/{run_id}", response={200: s.RunOut, **READ}, tags=["runs"],
-         summary="One run")
+@router.get("/runs/{run_id}", response={200: s.RunOut, **READ}, tags=["runs"],
+            summary="One run")
 def get_run(request, run_id: str):
     _check_run_id(run_id)
     return run_out(run_for(request, run_id))
 
 
-@api.post("/runs/{run_id}/cancel", response={200: s.RunOut, **WRITE}, tags=["runs"],
-          summary="Cancel your run (operators: any run, with a reason)")
+@router.post("/runs/{run_id}/cancel", response={200: s.RunOut, **WRITE}, tags=["runs"],
+             summary="Cancel your run (operators: any run, with a reason)")
 def cancel(request, run_id: str, body: s.CancelIn):
     _check_run_id(run_id)
     run = run_for(request, run_id)
@@ -153,8 +161,8 @@ def cancel(request, run_id: str, body: s.CancelIn):
     return run_out(services.run_cancel(run_id=run.pk, user=request.auth, reason=reason))
 
 
-@api.post("/runs/{run_id}/input", response={200: s.RunOut, **WRITE}, tags=["runs"],
-          summary="Answer the question a run waits on (its owner)")
+@router.post("/runs/{run_id}/input", response={200: s.RunOut, **WRITE}, tags=["runs"],
+             summary="Answer the question a run waits on (its owner)")
 def answer(request, run_id: str, body: s.AnswerIn):
     _check_run_id(run_id)
     run = run_for(request, run_id)
@@ -166,8 +174,8 @@ def answer(request, run_id: str, body: s.AnswerIn):
 
 
 # --- events, checkpoints, effects ---------------------------------------------------------
-@api.get("/runs/{run_id}/events", response={200: s.EventPage, **READ}, tags=["events"],
-         summary="The run's events after number N, in order, a page at a time")
+@router.get("/runs/{run_id}/events", response={200: s.EventPage, **READ}, tags=["events"],
+            summary="The run's events after number N, in order, a page at a time")
 def events(request, run_id: str, after: int = Query(0, ge=0, le=2**62),
            limit: int = Query(selectors.EVENT_BATCH, ge=1, le=selectors.EVENT_BATCH)):
     _check_run_id(run_id)
@@ -178,8 +186,8 @@ def events(request, run_id: str, after: int = Query(0, ge=0, le=2**62),
             "more": last < run.event_seq}
 
 
-@api.get("/runs/{run_id}/checkpoints", response={200: list[s.CheckpointOut], **READ},
-         tags=["checkpoints"], summary="The latest checkpoints, oldest first (no state)")
+@router.get("/runs/{run_id}/checkpoints", response={200: list[s.CheckpointOut], **READ},
+            tags=["checkpoints"], summary="The latest checkpoints, oldest first (no state)")
 def checkpoints(request, run_id: str,
                 limit: int = Query(100, ge=1, le=selectors.TIMELINE_CHECKPOINTS)):
     _check_run_id(run_id)
@@ -187,8 +195,8 @@ def checkpoints(request, run_id: str,
     return [checkpoint_out(c) for c in selectors.run_checkpoints(run, limit=limit)]
 
 
-@api.get("/runs/{run_id}/checkpoints/{number}", response={200: s.CheckpointState, **READ},
-         tags=["checkpoints"], summary="One checkpoint with its state")
+@router.get("/runs/{run_id}/checkpoints/{number}", response={200: s.CheckpointState, **READ},
+            tags=["checkpoints"], summary="One checkpoint with its state")
 def checkpoint(request, run_id: str, number: int):
     _check_run_id(run_id)
     run = run_for(request, run_id)
@@ -198,8 +206,8 @@ def checkpoint(request, run_id: str, number: int):
     return {**checkpoint_out(found), "state": selectors.checkpoint_state(found)}
 
 
-@api.get("/runs/{run_id}/effects", response={200: s.EffectPage, **READ}, tags=["effects"],
-         summary="The latest effects (calls, sleeps, inputs), newest first")
+@router.get("/runs/{run_id}/effects", response={200: s.EffectPage, **READ}, tags=["effects"],
+            summary="The latest effects (calls, sleeps, inputs), newest first")
 def effects(request, run_id: str,
             limit: int = Query(selectors.EFFECTS_SHOWN, ge=1, le=selectors.EFFECTS_SHOWN)):
     _check_run_id(run_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from runs.deploys.words import version_wait
 from runs.models import Checkpoint, Effect, Run
 from runs.web.views.present import event_message
 from runs.worker.stalls import mark_stalls
@@ -34,7 +35,17 @@ def _run(run: Run) -> dict:
                          "percent": round(run.progress_percent, 1)},
             "stall": run.stall.as_dict() if getattr(run, "stall", None) else None,
             "created_at": run.created_at, "updated_at": run.updated_at,
-            "finished_at": run.finished_at, "parent_id": run.parent_id}
+            "finished_at": run.finished_at, "parent_id": run.parent_id,
+            "code_fingerprint": run.code_fingerprint,
+            "version_wait": (version_wait(run.status, run.attention) or {}).get("message")}
+
+
+def approval_out(row) -> dict:
+    return {"id": row.id, "run_id": row.run_id, "tool": row.tool, "arguments": row.arguments,
+            "args_preview": row.args_preview, "approvers": row.approvers,
+            "status": row.status, "requested_at": row.requested_at, "deadline": row.deadline,
+            "decided_by": row.decided_by, "decided_at": row.decided_at, "reason": row.reason,
+            "fallback": row.rule.get("fallback", "deny")}
 
 
 def event_out(event) -> dict:
@@ -46,4 +57,5 @@ def checkpoint_out(checkpoint: Checkpoint) -> dict:
 
 
 def effect_out(effect: Effect) -> dict:
-    return {name: getattr(effect, name) for name in EFFECT_FIELDS}
+    return {**{name: getattr(effect, name) for name in EFFECT_FIELDS},
+            "carried": effect.seq < 0}

@@ -11,8 +11,11 @@ import sys
 from django.core.management.base import CommandError
 
 from agentops.client import ApiError, Client
+from runs.chat import cli as chat_cli
+from runs.deploys.words import event_line
 
-LOCAL_ONLY = {"execute", "sweep", "prune", "retry-now", "give-up"}
+# replay-check replays on the code on disk: the server's is POST /api/v1/replay-check
+LOCAL_ONLY = {"execute", "sweep", "prune", "retry-now", "give-up", "replay-check"}
 
 
 def handle(command, opts) -> None:
@@ -99,12 +102,33 @@ class Remote:
         self.follow(run.id, after, quiet=False)
 
     def follow(self, run_id: str, after: int, quiet: bool) -> None:
-        for event in self.api.follow(run_id, after):
-            if not quiet:
-                self.out(json.dumps({"seq": event.seq, "kind": event.kind, "data": event.data,
-                                     "at": event.at.isoformat()}) if self.as_json
-                         else f"#{event.seq} {event.kind} {json.dumps(event.data)}")
-                self.command.stdout.flush()
+        """Print the run's events until it ends (exit 0 if it succeeded, else 1) or waits
+        for input (exit 3, as the local `--wait` does: runs/chat/cli.py)."""
+        run = self.api.run(run_id)
+        if not (_asks(run) and run.event_seq <= after):
+            events = self.api.follow(run_id, after)
+            for event in events:
+                if not quiet:
+                    self.print_event(event)
+                # A wait for input is no end: the stream stays open, so ask the run.
+                if _input_requested(event) or (_asks(run) and event.seq >= run.event_seq):
+                    run = self.api.run(run_id)
+                    if _asks(run) and event.seq >= run.event_seq:
+                        break
+            else:
+                return self.ended(run_id, quiet)
+            events.close()
+        if quiet:
+            self.show(run, full=True)
+        chat_cli.stop_waiting(self.command, run.id, run.attention, self.as_json)
+
+    def print_event(self, event) -> None:
+        self.out(json.dumps({"seq": event.seq, "kind": event.kind, "data": event.data,
+                             "at": event.at.isoformat()}) if self.as_json
+                 else event_line(event))
+        self.command.stdout.flush()
+
+    def ended(self, run_id: str, quiet: bool) -> None:
         end = self.api.last_end
         if quiet:
             self.show(self.api.run(run_id), full=True)
@@ -135,3 +159,25 @@ class Remote:
             raise CommandError(f"--result: not JSON ({exc})") from None
         self.show(self.api.resolve(opts["run_id"], opts["effect"], opts["resolution"],
                                    opts["reason"], result=result))
+
+    def do_answer(self, opts):
+        try:
+            value = json.loads(opts["answer"])
+        except ValueError as exc:
+            raise CommandError(f"JSON: not JSON ({exc})") from None
+        self.show(self.api.answer(opts["run_id"], value))
+
+    def do_send(self, opts):
+        message = self.api.send(opts["run_id"], opts["text"], end=opts["end"])
+        self.command.note(chat_cli.sent(message.state))
+        self.show(message.run)
+
+
+def _asks(run) -> bool:
+    return chat_cli.waits_for_input(run.status, run.attention)
+
+
+def _input_requested(event) -> bool:
+    data = event.data if isinstance(event.data, dict) else {}
+    return event.kind == "status" and data.get("status") == "waiting" \
+        and data.get("kind") == "input"

@@ -58,6 +58,9 @@ class RunOut(Schema):
     finished_at: datetime | None
     parent_id: str | None = Field(None, description="the run that spawned this one, if any "
                                                     "(docs/children.md)")
+    code_fingerprint: str = Field("", description="its agent's code (docs/deploys.md)")
+    version_wait: str | None = Field(None, description="why it waits for a worker of its own "
+                                                       "code, if it does (docs/deploys.md)")
 
 
 class RunPage(Schema):
@@ -109,6 +112,28 @@ class ResolveIn(ReasonIn):
     result: JSON = None
 
 
+class ApprovalOut(Schema):
+    id: str
+    run_id: str
+    tool: str
+    arguments: JSON = Field(description="the call's arguments by name")
+    args_preview: str
+    approvers: str = Field(description="owner, operators or group:<name>")
+    status: Literal["pending", "approved", "denied", "expired"]
+    requested_at: datetime
+    deadline: datetime | None = Field(description="an answer at or after it is refused "
+                                                  "(409); none: it waits for an answer")
+    decided_by: str
+    decided_at: datetime | None
+    reason: str
+    fallback: str = Field(description="what the call becomes if unanswered by the deadline")
+
+
+class DecisionIn(Schema):
+    reason: str = Field("", max_length=2000, description="optional: it goes into the audit "
+                                                         "trail")
+
+
 class EventOut(Schema):
     seq: int
     kind: str
@@ -155,6 +180,8 @@ class EffectOut(Schema):
     finished_at: datetime | None
     resolution: str
     superseded: bool
+    carried: bool = Field(False, description="carried over by an upgrade and not asked for "
+                                             "again yet: its seq is negative until then")
 
 
 class EffectPage(Schema):

@@ -2,9 +2,9 @@
 
 Each event's `id:` is its number, so a client that reconnects with Last-Event-ID
 (EventSource does by itself) gets exactly the events after it. It follows the run as
-the run page's socket does (runs/live/consumers.py): the process's LiveHub wakes it
-after a commit (Redis) or at its next poll of the heads, and it reads from the hub's
-tail of recent events or, to catch up, from the table. A stream is a coroutine, not a
+the run page's socket does (runs/live/consumers.py): the process's LiveHub
+(runs/live/hub.py) wakes it after a commit (Redis) or at its next poll of the heads,
+and it reads from the hub's tail of recent events or, to catch up, from the table. A stream is a coroutine, not a
 thread: thousands can be open on one Daphne. When the run ends the stream sends
 `event: end` and closes; while nothing happens it sends a comment line every
 API_SSE_HEARTBEAT_SECONDS so proxies keep it open. A stopping Daphne ends it at once
@@ -13,23 +13,25 @@ API_SSE_HEARTBEAT_SECONDS so proxies keep it open. A stopping Daphne ends it at 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.http import Http404, StreamingHttpResponse
-from ninja import Header, Query
+from ninja import Header, Query, Router
 from ninja.errors import HttpError
 
 from runs import selectors
-from runs.api.api import api
 from runs.api.auth import need
 from runs.api.endpoints import READ, _check_run_id
+from runs.db_faults import DATABASE_FAULTS
 from runs.durable import records as r
 from runs.live import shutdown as live_shutdown
-from runs.live.consumers import BATCH, hub, load_events
-from runs.worker.db import DATABASE_FAULTS
+from runs.live.hub import BATCH, hub, load_events
+
+router = Router()  # mounted by runs/api/api.py
 
 logger = logging.getLogger("agentops.api")
 RECONNECT_MS = 1000  # the `retry:` EventSource waits before it reconnects
@@ -73,9 +75,9 @@ def _last_event_id(header: str | None, after: int) -> int:
     return int(header)
 
 
-@api.get("/runs/{run_id}/events/stream", response=READ, tags=["events"],
-         openapi_extra=STREAM_DOC,
-         summary="Follow the run's events (server-sent events, resumable with Last-Event-ID)")
+@router.get("/runs/{run_id}/events/stream", response=READ, tags=["events"],
+            openapi_extra=STREAM_DOC,
+            summary="Follow the run's events (server-sent events, resumable with Last-Event-ID)")
 async def event_stream(request, run_id: str, after: int = Query(0, ge=0, le=2**62),
                        last_event_id: str | None = Header(None, alias="Last-Event-ID",
                                                           max_length=40)):
@@ -106,37 +108,11 @@ async def _follow(user, run_id: str, cursor: int):
     watcher = Watcher()
     feed = hub().subscribe(run_id, watcher)
     live_shutdown.opened(watcher)
-    heartbeat = float(settings.AGENTOPS["API_SSE_HEARTBEAT_SECONDS"])
-    read_run = database_sync_to_async(selectors.run_get_for_user)
     try:
         yield f"retry: {RECONNECT_MS}\n\n"
-        check_end, end_at, from_db = True, None, True
-        while not watcher.closing:
-            if check_end:  # at the start and after a status event that ended it
-                check_end = False
-                run = await read_run(user, run_id)
-                end_at = run.event_seq if run.status in r.FINAL_STATUSES else None
-                final_status = run.status
-            batch = None if from_db else feed.cached_after(cursor)
-            if batch is None:
-                batch = await load_events(run_id, cursor)
-                from_db = len(batch) >= BATCH  # more to come: keep reading the table
-            if batch:
-                yield "".join(frame(seq, text) for seq, text in batch)
-                cursor = batch[-1][0]
-                check_end = any(ends_run(text) for _, text in batch)
-                continue
-            if end_at is not None and cursor >= end_at:
-                end = {"status": final_status, "seq": end_at}
-                yield f"event: end\ndata: {json.dumps(end)}\n\n"
-                return
-            watcher.wake.clear()
-            if feed.head > cursor:  # moved while we read: no need to wait
-                continue
-            try:
-                await asyncio.wait_for(watcher.wake.wait(), timeout=heartbeat)
-            except TimeoutError:
-                yield ": keep-alive\n\n"
+        async with contextlib.aclosing(_frames(user, run_id, cursor, feed, watcher)) as frames:
+            async for text in frames:
+                yield text
     except Http404:  # the user lost access to the run meanwhile
         return
     except DATABASE_FAULTS as exc:  # the client reconnects and resumes after its last id
@@ -145,3 +121,36 @@ async def _follow(user, run_id: str, cursor: int):
         hub().unsubscribe(run_id, watcher)
         live_shutdown.closed(watcher)
         watcher.gone.set()
+
+
+async def _frames(user, run_id: str, cursor: int, feed, watcher: Watcher):
+    """The run's events after `cursor`, then `event: end` when it has ended; a comment
+    while nothing happens. Stops early when this Daphne stops (watcher.closing)."""
+    heartbeat = float(settings.AGENTOPS["API_SSE_HEARTBEAT_SECONDS"])
+    read_run = database_sync_to_async(selectors.run_get_for_user)
+    check_end, end, from_db = True, None, True
+    while not watcher.closing:
+        if check_end:  # at the start and after a status event that ended it
+            check_end = False
+            run = await read_run(user, run_id)
+            end = {"status": run.status, "seq": run.event_seq} \
+                if run.status in r.FINAL_STATUSES else None
+        batch = None if from_db else feed.cached_after(cursor)
+        if batch is None:
+            batch = await load_events(run_id, cursor)
+            from_db = len(batch) >= BATCH  # more to come: keep reading the table
+        if batch:
+            yield "".join(frame(seq, text) for seq, text in batch)
+            cursor = batch[-1][0]
+            check_end = any(ends_run(text) for _, text in batch)
+            continue
+        if end is not None and cursor >= end["seq"]:
+            yield f"event: end\ndata: {json.dumps(end)}\n\n"
+            return
+        watcher.wake.clear()
+        if feed.head > cursor:  # moved while we read: no need to wait
+            continue
+        try:
+            await asyncio.wait_for(watcher.wake.wait(), timeout=heartbeat)
+        except TimeoutError:
+            yield ": keep-alive\n\n"

@@ -6,13 +6,13 @@ operators' page does; approval requests are read-only (answer them in the inbox)
 from django import forms
 from django.contrib import admin
 
-from runs.durable import approvals as a
 from runs.durable.errors import InputValidationError
-from runs.durable.gates import money
+from runs.durable.policies import approvals as a
+from runs.durable.policies.budget import money
 
 from . import ledger, prices
 from .gates import forget_policies
-from .models import Approval, ApprovalPolicy, Budget, BudgetChange, ModelPrice
+from .models import Approval, ApprovalPolicy, Budget, BudgetChange, ModelPrice, QuotaReservation
 
 
 @admin.register(ModelPrice)
@@ -89,6 +89,15 @@ class ReadOnly(admin.ModelAdmin):
 @admin.register(BudgetChange)
 class BudgetChangeAdmin(ReadOnly):
     list_display = ["created_at", "actor", "subject", "before", "after", "reason"]
+
+
+@admin.register(QuotaReservation)
+class QuotaReservationAdmin(ReadOnly):
+    """The metered calls in flight under quotas, at their estimates (runs/budgets/quotas.py):
+    the workers write and take them back; one whose run lost its lease no longer counts."""
+
+    list_display = ["created_at", "budget", "run_id", "key", "epoch", "cost", "tokens"]
+    list_select_related = ["budget", "budget__user"]
 
 
 @admin.register(Approval)

@@ -1,4 +1,4 @@
-"""The approval book in the database (runs/durable/approvals.py: ApprovalBook)."""
+"""The approval book in the database (runs/durable/policies/approvals.py: ApprovalBook)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import asdict
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from runs.durable import approvals as a
+from runs.durable.policies import approvals as a
 from runs.storage.columns import to_dt, to_ts
 
 from .models import Approval
@@ -19,7 +19,8 @@ def request_of(row: Approval) -> a.ApprovalRequest:
         id=row.id, run_id=row.run_id, key=row.key, digest=row.digest, tool=row.tool,
         args_preview=row.args_preview, rule=row.rule, status=row.status,
         requested_at=to_ts(row.requested_at), deadline=to_ts(row.deadline),
-        decided_by=row.decided_by, used_by=row.used_by, arguments=row.arguments)
+        decided_by=row.decided_by, used_by=row.used_by, arguments=row.arguments,
+        decided_at=to_ts(row.decided_at))
 
 
 class OrmApprovalBook:

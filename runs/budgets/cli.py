@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied
 from django.core.management.base import CommandError
 
-from runs.durable import approvals as a
+from runs.durable.policies import approvals as a
 
 from . import services
 from .models import Approval

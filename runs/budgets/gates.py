@@ -1,53 +1,97 @@
-"""The gates a worker asks before each call (runs/durable/gates.py), built from the
-database: the run's own budget, its owner's and its agent's quotas, approvals."""
+"""The gates a worker asks before each call (runs/durable/policies/gates.py), built from the
+database: the run's own budget, its owner's and its agent's quotas, approvals, limits."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
 from django.contrib.auth import get_user_model
-from django.db.models import Q
+from django.db import DatabaseError
 
-from runs.durable import approvals as a
-from runs.durable import gates as g
 from runs.durable.errors import AgentNotFoundError
+from runs.durable.policies import approvals as a
+from runs.durable.policies import budget as b
+from runs.durable.policies import gates as g
 from runs.durable.registry import registry as default_registry
 
-from . import ledger
+from . import quotas
 from .book import OrmApprovalBook
 from .models import ApprovalPolicy, Budget
 
+log = logging.getLogger(__name__)
 PERIOD_WORDS = {"day": "daily", "month": "monthly"}
 
 
 class QuotaGate:
-    """Per-user and per-agent budgets per day or month (`Budget` rows)."""
+    """Per-user and per-agent budgets per day or month (`Budget` rows), shared by every
+    run of their user or agent on every worker: the rule of runs/durable/policies/budget.py,
+    with the calls in flight kept in the database (runs/budgets/quotas.py), so that a
+    quota is overshot by at most one call in total. A call that must wait for calls of
+    other runs waits in its thread, looking again every POLL seconds; after PATIENCE
+    the run waits durably instead (a timer), and gives its worker up."""
+
+    every_attempt = True  # an attempt after a retry wait is a call in flight again
+    POLL = 0.5
+    PATIENCE = 30.0
+    STORE_RETRY = 5.0
+
+    def __init__(self):
+        self._reserved: set[str] = set()  # keys of the calls this process reserved
+        self._lock = threading.Lock()
 
     def check(self, call: g.GateCall) -> g.Decision:
         if call.tool.meter is None:
             return g.ALLOW
         owner_id = int(call.run.owner) if str(call.run.owner).isdigit() else None
-        # one query for both scopes: a metered call with no quota costs one round trip
-        mine = Q(scope="agent", agent=call.run.agent)
-        if owner_id is not None:
-            mine |= Q(scope="user", user_id=owner_id)
-        quotas = list(Budget.objects.filter(mine))
-        for quota in quotas:
-            spent = ledger.spend_since(ledger.period_start(quota.period),
-                                       owner_id=owner_id if quota.scope == "user" else None,
-                                       agent=call.run.agent if quota.scope == "agent" else "")
-            over = g.reached({"cost": spent["cost"], "prompt_tokens": spent["tokens"]},
-                             quota.limits())
-            if over is None:
-                continue
-            unit, used, limit = over
-            scope = f"{PERIOD_WORDS[quota.period]} {quota.scope} {_subject(quota)}"
-            return g.Hold("budget", g.budget_message(unit, used, limit, scope=scope),
-                          {"scope": quota.scope, "period": quota.period, "unit": unit,
-                           "spent": used, "limit": limit, "budget_id": quota.pk,
-                           "tool": call.tool.name})
-        return g.ALLOW
+        try:
+            ids = quotas.quota_ids(owner_id=owner_id, agent=call.run.agent)
+            if not ids:
+                return g.ALLOW
+            admitted = quotas.admit(ids, run_id=call.run.id, epoch=call.run.epoch,
+                                    key=call.key, tool=call.tool.name, owner_id=owner_id,
+                                    agent=call.run.agent)
+        except DatabaseError as exc:
+            # closed, not open: a quota nobody can count lets nothing through; the run
+            # waits (durably) and asks again
+            return g.Hold("budget", f"waiting for the quotas: the database did not answer "
+                                    f"({exc})"[:500], {"why": "store", "tool": call.tool.name},
+                          wait=True, wake_at=time.time() + self.STORE_RETRY)
+        verdict, quota = admitted.verdict, admitted.quota
+        if verdict.what == b.GO:
+            with self._lock:
+                self._reserved.add(call.key)
+            return g.ALLOW
+        scope = f"{PERIOD_WORDS[quota.period]} {quota.scope} {_subject(quota)}"
+        details = {"scope": quota.scope, "period": quota.period, "budget_id": quota.pk,
+                   "tool": call.tool.name}
+        if verdict.what == b.REACHED:
+            return g.Hold("budget", b.budget_message(verdict.unit, verdict.spent, verdict.limit,
+                                                     scope=scope),
+                          {**details, "unit": verdict.unit, "spent": verdict.spent,
+                           "limit": verdict.limit})
+        return g.Wait(f"waiting for {verdict.in_flight} call(s) in flight under the {scope} "
+                      f"budget", {**details, "in_flight": verdict.in_flight},
+                      poll=self.POLL if admitted.others else 1.0, patience=self.PATIENCE)
+
+    def ended(self, tool, record, holder: int) -> None:
+        self._release(record.key)
+
+    def withdraw(self, call: g.GateCall) -> bool:
+        return self._release(call.key)
+
+    def _release(self, key: str) -> bool:
+        with self._lock:
+            if key not in self._reserved:
+                return False
+            self._reserved.discard(key)
+        try:
+            quotas.release(key)
+        except DatabaseError:
+            log.warning("the quota reservation of %s was not taken back; it ends with the "
+                        "run's lease", key)
+        return True
 
 
 def _subject(quota: Budget) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 
-from django.db.models import Count, F, FloatField, IntegerField, QuerySet, Sum
+from django.db.models import Count, F, FloatField, IntegerField, Max, Q, QuerySet, Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, TruncDate
 
@@ -68,14 +68,36 @@ def metered_effects(runs: QuerySet | None = None) -> QuerySet:
     return effects
 
 
-def spend_since(since: datetime, *, owner_id: int | None = None, agent: str = "") -> dict:
-    """What the metered calls of a user's (or an agent's) runs cost since `since`."""
+def _metered_since(since: datetime, owner_id: int | None, agent: str) -> QuerySet:
     effects = Effect.objects.filter(usage__isnull=False, finished_at__gte=since)
     if owner_id is not None:
         effects = effects.filter(run__owner_id=owner_id)
     if agent:
         effects = effects.filter(run__agent=agent)
-    return _row(effects.aggregate(**_sums("usage"), calls=Count("pk")))
+    return effects
+
+
+def spend_since(since: datetime, *, owner_id: int | None = None, agent: str = "") -> dict:
+    """What the metered calls of a user's (or an agent's) runs cost since `since`."""
+    return _row(_metered_since(since, owner_id, agent).aggregate(**_sums("usage"),
+                                                                 calls=Count("pk")))
+
+
+def spend_and_largest(since: datetime, *, tool: str, owner_id: int | None = None,
+                      agent: str = "") -> tuple[dict, dict | None]:
+    """`spend_since`, and the largest call of `tool` among them ({"cost", "tokens"}, None
+    if there was none): the estimate of its next call (runs/durable/policies/budget.py). One
+    query."""
+    of_tool = Q(tool=tool)
+    tokens = (Cast(KT("usage__prompt_tokens"), IntegerField())
+              + Cast(KT("usage__completion_tokens"), IntegerField()))
+    values = _metered_since(since, owner_id, agent).aggregate(
+        **_sums("usage"), calls=Count("pk"),
+        largest_cost=Max(Cast(KT("usage__cost"), FloatField()), filter=of_tool),
+        largest_tokens=Max(tokens, filter=of_tool))
+    cost, most = values.pop("largest_cost"), values.pop("largest_tokens")
+    largest = None if most is None else {"cost": float(cost or 0), "tokens": int(most)}
+    return _row(values), largest
 
 
 def period_start(period: str, now: datetime | None = None) -> datetime:

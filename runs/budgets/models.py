@@ -9,7 +9,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from runs.durable import approvals as a
+from runs.durable.policies import approvals as a
 
 
 class ModelPrice(models.Model):
@@ -172,3 +172,29 @@ class Approval(models.Model):
     @property
     def approvers(self) -> str:
         return self.rule.get("approvers", "owner")
+
+
+class QuotaReservation(models.Model):
+    """A metered call let through under a quota whose usage is not logged yet: a call in
+    flight, counted against the quota at its estimate (runs/budgets/quotas.py).
+
+    It counts only while its run still has the epoch that made it and a live lease, so
+    a worker that dies mid-call frees its reservation when its lease runs out (or at
+    once, when another worker claims the run), never blocks the quota for good."""
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="reservations")
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="reservations",
+                            db_constraint=False)
+    key = models.CharField(max_length=200, help_text="the call's idempotency key")
+    epoch = models.BigIntegerField(help_text="the run's fencing epoch when it was let through")
+    cost = models.FloatField(null=True, blank=True, help_text="estimate; empty: unknown")
+    tokens = models.BigIntegerField(null=True, blank=True, help_text="estimate; empty: unknown")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["budget", "key"],
+                                               name="reservation_one_per_call")]
+        indexes = [models.Index(fields=["key"], name="reservation_key")]
+
+    def __str__(self):
+        return f"{self.key} under {self.budget_id}"

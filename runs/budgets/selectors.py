@@ -6,11 +6,13 @@ see it but is not among the approvers its policy names gets a 403 and changes no
 from __future__ import annotations
 
 from django.conf import settings
+from django.db.models import Q
+from django.db.models.functions import Now
 from django.http import Http404
 
 from runs import selectors as run_selectors
-from runs.durable import approvals as a
 from runs.durable import records as r
+from runs.durable.policies import approvals as a
 
 from .models import Approval, Budget
 
@@ -45,8 +47,11 @@ def approval_for_user(user, approval_id: str) -> Approval:
 
 def inbox(user, *, limit: int = INBOX_LIMIT) -> list[Approval]:
     """The pending requests this user may answer, oldest first (the first asked waits
-    longest), of runs that are not over."""
-    pending = (Approval.objects.filter(status=a.PENDING).exclude(run__status__in=r.FINAL_STATUSES)
+    longest), of runs that are not over. One past its deadline is not listed: it can no
+    longer be answered (its fallback applies when the run goes on)."""
+    in_time = Q(deadline__isnull=True) | Q(deadline__gt=Now())
+    pending = (Approval.objects.filter(in_time, status=a.PENDING)
+               .exclude(run__status__in=r.FINAL_STATUSES)
                .select_related("run", "run__owner").order_by("requested_at"))
     if not is_operator(user):
         # owners' requests of their own runs, and any naming a group or operators

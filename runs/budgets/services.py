@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.utils import timezone
+from django.db.models import Q
+from django.db.models.functions import Now
 
 from runs import selectors as run_selectors
 from runs import services as run_services
-from runs.durable import approvals as a
 from runs.durable import control
 from runs.durable import records as r
 from runs.durable.errors import InputValidationError, InvalidTransitionError
+from runs.durable.policies import approvals as a
 from runs.models import AuditEntry, Run
 
 from . import selectors
@@ -36,11 +37,15 @@ def decide_approval(*, approval_id: str, user, approve: bool, reason: str = "") 
             raise PermissionDenied(f"This request is for {row.approvers} to answer.")
     status = a.APPROVED if approve else a.DENIED
     actor = run_services._actor(user)
-    answered = Approval.objects.filter(pk=row.pk, status=a.PENDING).update(
-        status=status, decided_by=actor, decided_at=timezone.now(), reason=reason[:2000])
+    # One statement judges and records the answer on the database's clock: pending and
+    # before the deadline, or nothing is written. The web process's clock plays no part
+    # (several web hosts, one clock), and decided_at < deadline holds for every answer
+    # that counts, which the gate checks again (runs/durable/policies/approvals.py).
+    in_time = Q(deadline__isnull=True) | Q(deadline__gt=Now())
+    answered = Approval.objects.filter(in_time, pk=row.pk, status=a.PENDING).update(
+        status=status, decided_by=actor, decided_at=Now(), reason=reason[:2000])
     if not answered:
-        row.refresh_from_db()
-        raise InvalidTransitionError("answer", row.status, "the request was already answered")
+        raise _refusal(row)
     action = "approve" if approve else "deny"
     details = {"approval": row.pk, "tool": row.tool, "args_preview": row.args_preview[:500]}
     record = control.lift_hold(run_services.store(), row.run_id, kind="approval",
@@ -53,6 +58,16 @@ def decide_approval(*, approval_id: str, user, approve: bool, reason: str = "") 
         run_services._after(record)
     row.refresh_from_db()
     return row
+
+
+def _refusal(row: Approval) -> Exception:
+    """Why an answer was not recorded: the request was answered (or expired) already,
+    or its deadline passed while it was pending."""
+    row.refresh_from_db()
+    fallback = row.rule.get("fallback", "deny")
+    if row.status in (a.PENDING, a.EXPIRED) and row.deadline is not None:
+        return a.ApprovalExpiredError(row.tool, row.deadline.timestamp(), fallback)
+    return InvalidTransitionError("answer", row.status, "the request was already answered")
 
 
 def set_run_budget(*, run_id: str, user, budget, reason: str = "") -> Run:

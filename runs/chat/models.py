@@ -23,7 +23,7 @@ class ChatMessage(models.Model):
     delivered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        app_label = "runs"
+        db_table = "runs_chatmessage"  # made when chat was part of the runs app: kept
         ordering = ["run", "id"]
         indexes = [models.Index(fields=["run", "state", "id"], name="chat_queue")]
 

@@ -6,7 +6,8 @@ ctx.parallel, docs/parallel.md) and the errors
 """
 
 from .children import Child
-from .context import RunContext, idempotency_key
+from .config import WorkerConfig
+from .context import RunContext
 from .errors import (
                      AgentNotFoundError,
                      ApprovalDeniedError,
@@ -40,7 +41,8 @@ from .registry import (
                      tool,
                      validate_inputs,
 )
-from .session import Outcome, WorkerConfig
+from .session import Outcome
+from .step import idempotency_key
 
 __all__ = [
     "Agent", "AgentNotFoundError", "Call", "AgentRegistry", "ApprovalDeniedError", "CallRefusedError", "CheckpointNotFoundError", "Child", "ChildFailedError", "Done",

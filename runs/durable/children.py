@@ -14,17 +14,16 @@ the cap of running children waits the same way for one to end.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import control, events, family
+from . import clock, control, events, family
 from . import records as r
-from .errors import ChildFailedError, DurableError
+from .errors import ChildFailedError, DurableError, StoreFailure, Suspend
 from .faults import faults
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .context import RunContext
+    from .step import Step
 
 DEFAULT_MAX_CHILDREN = 10
 
@@ -49,68 +48,55 @@ class Child:
         raise TypeError(f"ctx.wait needs handles from ctx.spawn, got {value!r}")
 
 
-def spawn(ctx: RunContext, agent: str, inputs: dict | None, *, max_children: int) -> Child:
-    from .context import Suspend  # the context module imports this one
-
+def spawn(step: Step, agent: str, inputs: dict | None, *, max_children: int) -> Child:
     if not isinstance(max_children, int) or isinstance(max_children, bool) or max_children < 1:
         raise ValueError(f"max_children must be a positive integer, not {max_children!r}")
     inputs = dict(inputs or {})
-    position, recorded = ctx._next(r.SPAWN, r.SPAWN, (agent, inputs), {})
+    position, recorded = step.next(r.SPAWN, r.SPAWN, (agent, inputs), {})
     if recorded is not None:
         return Child.of(recorded.result)
-    session = ctx._session
-    session.effect_boundary()
-    record = ctx._new_record(position, r.SPAWN, None, (agent, inputs), {})
+    host = step.host
+    host.effect_boundary()
+    record = step.new_record(position, r.SPAWN, None, (agent, inputs), {})
     # Only the children still running are read (at most the cap), not all of them: the
     # one this spawn launched before a crash is among them, or has ended, and then the
     # launch below returns it (its key is taken).
-    running = _store(session.store.children, ctx.run_id, active_only=True)
+    running = _store(host.store.children, step.run_id, active_only=True)
     child = next((c for c in running if c.spawn_key == record.key), None)
     if child is None:
         active = [c.id for c in running]
         if len(active) >= max_children:
-            raise Suspend(wake_at=time.time() + family.RECHECK_SECONDS,
+            raise Suspend(wake_at=clock.now() + family.RECHECK_SECONDS,
                           reason=_waiting("slot", active, position, max_children=max_children),
                           records=[], events=[])
-        session.ensure_lease()
-        run = session.run
-        child = _store(control.launch, session.store, agent=agent, inputs=inputs,
-                       owner=run.owner, registry=session.registry, parent_id=run.id,
-                       spawn_key=record.key)
-        faults.hit("after_spawn_before_log", run.agent)
-        if session.config.launched is not None:
-            session.config.launched(child.id)
+        child = _launch(step, agent, inputs, record.key)
     record.args = {"agent": agent}
-    record.started_at = record.finished_at = time.time()
-    record.status, record.result = r.DONE, {"run_id": child.id, "agent": agent}
-    session.emit(events.spawned(child.id, agent, record.key))
-    session.log_effect(record)
+    record.done({"run_id": child.id, "agent": agent}, at=clock.now())
+    host.emit(events.spawned(child.id, agent, record.key))
+    host.log_effect(record)
     return Child(child.id, agent)
 
 
-def wait_all(ctx: RunContext, handles, *, return_exceptions: bool = False) -> list:
-    from .context import Suspend
+def _launch(step: Step, agent: str, inputs: dict, spawn_key: str) -> r.RunRecord:
+    """The child run, launched under the spawn's key (owned by the run's owner), and
+    handed to the runtime at once."""
+    host = step.host
+    host.ensure_lease()
+    run = host.run
+    child = _store(control.launch, host.store, agent=agent, inputs=inputs, owner=run.owner,
+                   registry=host.registry, parent_id=run.id, spawn_key=spawn_key)
+    faults.hit("after_spawn_before_log", run.agent)
+    if host.config.launched is not None:
+        host.config.launched(child.id)
+    return child
 
+
+def wait_all(step: Step, handles, *, return_exceptions: bool = False) -> list:
     wanted = [Child.of(h) for h in handles]
     ids = [c.run_id for c in wanted]
-    position, recorded = ctx._next(r.JOIN, r.JOIN, (ids,), {})
+    position, recorded = step.next(r.JOIN, r.JOIN, (ids,), {})
     if recorded is None:
-        session = ctx._session
-        runs = {c.id: c for c in _store(session.store.children, ctx.run_id)}
-        strangers = [i for i in ids if i not in runs]
-        if strangers:
-            raise ValueError(f"not children of this run: {', '.join(strangers)}")
-        pending = [i for i in ids if runs[i].status not in r.FINAL_STATUSES]
-        if pending:
-            session.effect_boundary()  # a pending pause or cancel stops here, not later
-            faults.hit("before_children_wait", session.run.agent)
-            raise Suspend(wake_at=time.time() + family.RECHECK_SECONDS,
-                          reason=_waiting("all", pending, position), records=[], events=[])
-        record = ctx._new_record(position, r.JOIN, None, (ids,), {})
-        record.started_at = record.finished_at = time.time()
-        record.status, record.result = r.DONE, [outcome(runs[i]) for i in ids]
-        session.log_effect(record)
-        recorded = record
+        recorded = _joined(step, position, ids)
     results = []
     for done in recorded.result:
         if done["status"] == r.SUCCEEDED:
@@ -123,13 +109,31 @@ def wait_all(ctx: RunContext, handles, *, return_exceptions: bool = False) -> li
     return results
 
 
+def _joined(step: Step, position, ids: list[str]) -> r.EffectRecord:
+    """The wait logged once every child it names has ended, with their outcomes; until
+    then the run waits (Suspend) to be woken by the store (runs/durable/family.py)."""
+    host = step.host
+    runs = {c.id: c for c in _store(host.store.children, step.run_id)}
+    strangers = [i for i in ids if i not in runs]
+    if strangers:
+        raise ValueError(f"not children of this run: {', '.join(strangers)}")
+    pending = [i for i in ids if runs[i].status not in r.FINAL_STATUSES]
+    if pending:
+        host.effect_boundary()  # a pending pause or cancel stops here, not later
+        faults.hit("before_children_wait", host.run.agent)
+        raise Suspend(wake_at=clock.now() + family.RECHECK_SECONDS,
+                      reason=_waiting("all", pending, position), records=[], events=[])
+    record = step.new_record(position, r.JOIN, None, (ids,), {})
+    record.done([outcome(runs[i]) for i in ids], at=clock.now())
+    host.log_effect(record)
+    return record
+
+
 def _store(fn, *args, **kwargs):
     """A read or a launch through the store, from inside a step: the store's own failure
     (a lost connection) is not the agent's, so it ends the session as any store failure
     does (StoreFailure) instead of failing the run; the engine's errors (an unknown
     agent, invalid inputs) are the agent's and reach its step."""
-    from .context import StoreFailure
-
     try:
         return fn(*args, **kwargs)
     except DurableError:

@@ -1,4 +1,7 @@
-"""Which runs a worker may claim: the rule, written once, as data.
+"""Which runs a worker may claim: the rule, written twice side by side, in Python (the
+memory store, the worker runtime) and in SQL (the database stores' claim and due runs).
+The contract holds the two together on every store: `test_which_runs_are_claimable_is_
+one_rule_for_due_runs_and_claim` (tests/durable/contract.py) lists every case.
 
 A run is claimable at `now` when
 
@@ -11,66 +14,28 @@ The second half covers the worker that died between its claim and its first writ
 the run keeps the status it had (queued, or waiting on its due timer) with the dead
 worker's lease, and is claimable again once that lease runs out. Paused runs, runs
 that need attention and finished runs are never claimable.
-
-`RULE` is the rule as a small expression tree. `holds(run, now)` evaluates it on a
-RunRecord (MemoryStore); runs/storage/claimable.py turns the same tree into a Django
-Q and into SQL, so the claim, `Store.due_runs` and the worker runtime cannot
-disagree on what a due run is.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from . import records as r
 
 
-@dataclass(frozen=True)
-class AnyOf:
-    terms: tuple
+def holds(run: r.RunRecord, now: float) -> bool:
+    """Whether `run` is claimable at `now`."""
+    runnable = run.status in (r.QUEUED, r.RUNNING) or (
+        run.status == r.WAITING and run.wake_at is not None and run.wake_at <= now)
+    unleased = (run.lease_owner is None or run.lease_expires_at is None
+                or run.lease_expires_at <= now)
+    return runnable and unleased
 
 
-@dataclass(frozen=True)
-class AllOf:
-    terms: tuple
+# The same rule as a condition on the runs table (its columns are RunRecord's names), to
+# be given sql_params(now): a missing time compares as unknown, so it is never due.
+SQL = ("(status IN (%s, %s) OR (status = %s AND wake_at <= %s)) "
+       "AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= %s)")
 
 
-@dataclass(frozen=True)
-class In:
-    field: str
-    values: tuple
-
-
-@dataclass(frozen=True)
-class IsNull:
-    field: str
-
-
-@dataclass(frozen=True)
-class Due:
-    """`field` holds a time at or before `now` (a missing time is never due)."""
-
-    field: str
-
-
-RULE = AllOf((
-    AnyOf((In("status", (r.QUEUED, r.RUNNING)),
-           AllOf((In("status", (r.WAITING,)), Due("wake_at"))))),
-    AnyOf((IsNull("lease_owner"), IsNull("lease_expires_at"), Due("lease_expires_at"))),
-))
-
-
-def holds(run: r.RunRecord, now: float, term=RULE) -> bool:
-    """Whether `run` is claimable at `now` (or satisfies `term`)."""
-    if isinstance(term, AllOf):
-        return all(holds(run, now, t) for t in term.terms)
-    if isinstance(term, AnyOf):
-        return any(holds(run, now, t) for t in term.terms)
-    value = getattr(run, term.field)
-    if isinstance(term, In):
-        return value in term.values
-    if isinstance(term, IsNull):
-        return value is None
-    if isinstance(term, Due):
-        return value is not None and value <= now
-    raise TypeError(f"not a term of the claim rule: {term!r}")
+def sql_params(now) -> list:
+    """SQL's parameters, `now` as the database compares it (a datetime on Django's)."""
+    return [r.QUEUED, r.RUNNING, r.WAITING, now, now]

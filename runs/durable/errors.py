@@ -1,6 +1,9 @@
 """Exceptions of the durable engine.
 
-Each carries the fields an operator or a test needs, not just a message.
+Each carries the fields an operator or a test needs, not just a message. The last
+four (Suspend, Stop, StoreFailure, Held) are not errors but the engine's own ways of
+leaving a step; they are BaseExceptions, so that an agent's `except Exception`
+cannot swallow them.
 """
 
 
@@ -107,7 +110,7 @@ class ChildFailedError(DurableError):
 
 
 class CallRefusedError(ToolFailedError):
-    """A gate refused the call (runs/durable/gates.py): it was not made. Logged as the
+    """A gate refused the call (runs/durable/policies/gates.py): it was not made. Logged as the
     call's outcome, so a replay raises it again. `gate` names the gate's kind."""
 
     def __init__(self, tool: str, message: str, *, gate: str = ""):
@@ -198,3 +201,44 @@ class StaleEditError(DurableError):
         self.latest = latest
         super().__init__(f"the state changed since it was shown: the edit was made on "
                          f"checkpoint {expected}, the latest is now {latest}; look again")
+
+
+# --- the engine's own stops: a step left for the session to act on -----------------------
+class Suspend(BaseException):
+    """The run gives up its worker until a timer fires or a user answers: the session
+    writes `records` and `events` with the run waiting (until `wake_at`, None: an answer),
+    showing `reason`."""
+
+    def __init__(self, *, wake_at: float | None, reason: dict, records: list, events: list):
+        self.wake_at = wake_at
+        self.reason = reason
+        self.records = records
+        self.events = events
+
+
+class Stop(BaseException):
+    """Leave the run at an effect boundary: pause, cancel, shutdown or fenced (`why`)."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+class StoreFailure(BaseException):
+    """The store failed (connection lost, database restarted) in the middle of a run.
+
+    Whether the write landed is unknown, so the session writes nothing more and
+    ends (ABANDONED). Its worker may wait for the store and take the run back at
+    once (execute_run's `reconnect`); else the run is left as a crash leaves it:
+    its lease runs out and the sweep hands it out again. Either way it resumes
+    from what the store really holds. Not an Exception, so that the session's
+    handling of the agent's own failures (which fails the run) cannot take it for a
+    bug in the agent. The store's error is its `__cause__`.
+    """
+
+
+class Held(BaseException):
+    """A gate held the call (runs/durable/policies/gates.py: a `Hold`): the session hands
+    the run back, waiting as the hold says, until a person acts or its timer fires."""
+
+    def __init__(self, hold):
+        self.hold = hold

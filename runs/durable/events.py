@@ -31,7 +31,7 @@ def effect(record: r.EffectRecord) -> Event:
         duration = round((record.finished_at - record.started_at) * 1000, 2)
     data = {"step": record.step_no, "seq": record.seq, "branch": record.branch,
             "tool": record.tool, "key": record.key, "status": record.status,
-            "idempotent": record.idempotent, "ms": duration}
+            "idempotent": record.idempotent, "ms": duration, "kind": record.kind}
     if record.usage:  # a metered call: what it used (docs/budgets.md)
         data.update(model=record.usage["model"], cost=record.usage["cost"],
                     tokens=record.usage["prompt_tokens"] + record.usage["completion_tokens"])
@@ -68,11 +68,12 @@ def attempt(record: r.EffectRecord, error: str, retry_in: float | None) -> Event
 
 
 def checkpoint(record: r.CheckpointRecord, number: int | None) -> Event:
-    """A checkpoint was written. Its number is the store's to give (the run's count of
+    """A checkpoint was written: its number, and nothing the checkpoint's row holds (its
+    branch, step, size and reason are read from there: runs/selectors.py,
+    with_checkpoints). The number is the store's to give (the run's count of
     checkpoints in the same transaction): a store whose SQL numbers it passes None and
     sets "number" in the statement (runs/storage/pg.py)."""
-    return ("checkpoint", {"number": number, "branch": record.branch, "step": record.step_no,
-                           "size": record.size, "reason": record.reason})
+    return ("checkpoint", {"number": number})
 
 
 def forked(reason: str, target: r.CheckpointRecord, branch: int) -> Event:
@@ -80,6 +81,15 @@ def forked(reason: str, target: r.CheckpointRecord, branch: int) -> Event:
     action: "rollback", "edit", ...)."""
     return (reason, {"from_checkpoint": target.number, "branch": branch,
                      "step": target.step_no})
+
+
+def version_moved(*, from_version: str, from_code: str, to_version: str, to_code: str,
+                  step: int, how: str, replayed_steps: int, effects: int) -> Event:
+    """The run moved to another code of its agent (runs/durable/upgrade.py): `how` is
+    "replay" (a clean replay at a claim) or "operator" (an upgrade)."""
+    return ("version", {"from_version": from_version, "from_code": from_code,
+                        "to_version": to_version, "to_code": to_code, "step": step,
+                        "how": how, "replayed_steps": replayed_steps, "effects": effects})
 
 
 def spawned(run_id: str, agent: str, key: str) -> Event:

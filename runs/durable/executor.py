@@ -8,12 +8,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from . import observe
+from . import clock, observe
+from .config import WorkerConfig, thread_ended
 from .errors import DurableError, FencedError
 from .records import Commit
 from .registry import AgentRegistry
 from .registry import registry as default_registry
-from .session import Outcome, RunSession, WorkerConfig
+from .session import Outcome, RunSession
 
 logger = logging.getLogger("agentops.engine")
 
@@ -44,44 +45,59 @@ def execute_run(store, run_id: str, config: WorkerConfig, *,
     reconnected to more than MAX_RECONNECTS times in one call.
     """
     for failures in itertools.count(1):
-        started = time.perf_counter()
-        claim = store.claim(run_id, config.owner, config.lease_seconds, time.time())
-        if claim is None:
+        session = _claimed(store, run_id, config, registry, stop_event)
+        if session is None:
             return Outcome.NOT_CLAIMED
-        session = RunSession(store, registry, config, claim, stop_event=stop_event)
-        session.observed = observe.current().session(session)
-        session.observed.claimed(time.perf_counter() - started)
-        outcome = "error"  # an exception out of the session is a bug, but still an ending
-        try:
-            outcome = _hosted(session, store, leases)
-        finally:
-            session.observed.ended(outcome)
+        outcome = _hosted(session, leases)
         if outcome != Outcome.ABANDONED:
             return outcome
-        logger.warning("run %s: the store failed mid-run (%r)", run_id, session.store_error,
-                       extra={"run_id": run_id})
-        if reconnect is None or failures > MAX_RECONNECTS:
-            return outcome  # a fault that outlasts reconnecting: the crash-loop guard's
-        given_up = _release_when_reconnected(session, reconnect)
+        given_up = _after_store_failure(session, reconnect, failures)
         if given_up is not None:
             return given_up
+
+
+def _claimed(store, run_id: str, config: WorkerConfig, registry: AgentRegistry,
+             stop_event: threading.Event | None) -> RunSession | None:
+    """A session of the run if this worker claims it (None: not claimable), observed."""
+    started = time.perf_counter()
+    claim = store.claim(run_id, config.owner, config.lease_seconds, clock.now(),
+                        codes=config.codes)
+    if claim is None:
+        return None
+    session = RunSession(store, registry, config, claim, stop_event=stop_event)
+    session.observed = observe.current().session(session)
+    session.observed.claimed(time.perf_counter() - started)
+    return session
+
+
+def _hosted(session: RunSession, leases) -> str:
+    """The session run with its lease kept alive: by `leases`, or a renewer of its own."""
+    outcome = "error"  # an exception out of the session is a bug, but still an ending
+    keeper = leases if leases is not None else LeaseRenewer(session)
+    try:
+        keeper.hold(session)
+        try:
+            outcome = session.execute()
+        finally:
+            keeper.drop(session)
+    finally:
+        session.observed.ended(outcome)
+    return outcome
+
+
+def _after_store_failure(session: RunSession, reconnect, failures: int) -> str | None:
+    """The store failed mid-run: None once it answers again and the lease is released
+    (the run may be claimed back), else the outcome to return."""
+    run_id = session.run.id
+    logger.warning("run %s: the store failed mid-run (%r)", run_id, session.store_error,
+                   extra={"run_id": run_id})
+    if reconnect is None or failures > MAX_RECONNECTS:
+        return Outcome.ABANDONED  # a fault that outlasts reconnecting: the crash-loop guard's
+    given_up = _release_when_reconnected(session, reconnect)
+    if given_up is None:
         logger.info("run %s: store answers again; claiming it back", run_id,
                     extra={"run_id": run_id})
-
-
-def _hosted(session: RunSession, store, leases) -> str:
-    if leases is not None:
-        leases.hold(session)
-        try:
-            return session.execute()
-        finally:
-            leases.drop(session)
-    renewer = LeaseRenewer(session, store)
-    renewer.start()
-    try:
-        return session.execute()
-    finally:
-        renewer.stop()
+    return given_up
 
 
 def _release_when_reconnected(session: RunSession, reconnect) -> str | None:
@@ -109,12 +125,18 @@ class LeaseRenewer(threading.Thread):
     renewal fails and the session stops at its next boundary.
     """
 
-    def __init__(self, session: RunSession, store):
+    def __init__(self, session: RunSession):
         super().__init__(name=f"lease-{session.run.id}", daemon=True)
         self.session = session
-        self.store = store
         self.interval = max(0.05, session.config.lease_seconds / 4)
         self._stopped = threading.Event()
+
+    def hold(self, session: RunSession) -> None:
+        self.start()
+
+    def drop(self, session: RunSession) -> None:
+        self._stopped.set()
+        self.join(timeout=5)
 
     def run(self) -> None:
         try:
@@ -127,8 +149,4 @@ class LeaseRenewer(threading.Thread):
                 except Exception:  # a database hiccup: the next renewal may succeed
                     logger.exception("run %s: lease renewal failed", self.session.run.id)
         finally:
-            self.store.close_thread_resources()
-
-    def stop(self) -> None:
-        self._stopped.set()
-        self.join(timeout=5)
+            thread_ended(self.session.config)

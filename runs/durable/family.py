@@ -45,7 +45,7 @@ def woken_at_once(attention: dict | None, final: set[str]) -> bool:
 
 def spawned_at(child: r.RunRecord) -> tuple[int, int]:
     """(branch, step_no) of the parent's spawn that launched `child`: its spawn key is
-    that effect's idempotency key, run:branch:step:seq (runs/durable/context.py)."""
+    that effect's idempotency key, run:branch:step:seq (runs/durable/step.py)."""
     if not child.spawn_key:
         return -1, -1
     _, branch, step_no, _ = child.spawn_key.rsplit(":", 3)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import copy
 import threading
-import time
 
-from . import claimable, family, serde
+from . import claimable, clock, family, serde
 from . import events as ev
 from . import records as r
 from .errors import FencedError, RunNotFoundError
 from .faults import faults
+from .verify import replayed_from
+from .versions import Codes
 
 
 class MemoryStore:
@@ -33,7 +34,7 @@ class MemoryStore:
             if run.id in self.runs:
                 raise ValueError(f"run {run.id} exists")
             run = copy.deepcopy(run)
-            run.created_at = run.updated_at = run.created_at or time.time()
+            run.created_at = run.updated_at = run.created_at or clock.now()
             self.runs[run.id] = run
             self.checkpoints[run.id] = []
             self.effects[run.id] = {}
@@ -61,10 +62,11 @@ class MemoryStore:
             return r.Loaded(copy.deepcopy(run), copy.deepcopy(checkpoint), copy.deepcopy(effects),
                             copy.deepcopy(bases))
 
-    def claim(self, run_id: str, owner: str, lease_seconds: float, now: float) -> r.Claim | None:
+    def claim(self, run_id: str, owner: str, lease_seconds: float, now: float, *,
+              codes: Codes | None = None) -> r.Claim | None:
         with self._lock:
             run = self.runs.get(run_id)
-            if run is None or not claimable.holds(run, now):
+            if run is None or not claimable.holds(run, now) or not _admitted(run, codes):
                 return None
             crashed = run.lease_owner is not None
             run.epoch += 1
@@ -78,42 +80,18 @@ class MemoryStore:
             run = self._get(run_id)
             if run.epoch != epoch or (commit.expect_status and run.status != commit.expect_status):
                 raise FencedError(run_id, epoch)
-            staged = copy.deepcopy(run)  # all-or-nothing, like a transaction
-            effects = dict(self.effects[run_id])
+            action = commit if isinstance(commit, r.OperatorCommit) else None
+            # all-or-nothing, like a transaction: staged, then swapped in at once
+            staged = _staged_run(run, commit, action)
+            effects, new_keys = self._staged_effects(run_id, commit.effects, action)
             checkpoints = list(self.checkpoints[run_id])
-            if commit.take_over:
-                staged.epoch += 1
-            for name, value in commit.run.items():
-                if not hasattr(staged, name):
-                    raise AttributeError(f"RunRecord has no field {name}")
-                setattr(staged, name, copy.deepcopy(value))
-            if commit.release:
-                staged.lease_owner = None
-                staged.lease_expires_at = None
-            if commit.supersede is not None:
-                for position, effect in effects.items():
-                    if _superseded_by(effect, commit.supersede):
-                        effect = copy.deepcopy(effect)
-                        effect.superseded = True
-                        effects[position] = effect
-            new_keys = set()
-            for effect in commit.effects:
-                existing = effects.get(effect.position)
-                if existing is None and (effect.key in self.keys or effect.key in new_keys):
-                    raise ValueError(f"duplicate idempotency key {effect.key}")
-                new_keys.add(effect.key)
-                effects[effect.position] = copy.deepcopy(effect)
             events = list(commit.events)
             number = None
             if commit.checkpoint is not None:
-                checkpoint = copy.deepcopy(commit.checkpoint)
-                checkpoint.number = checkpoint.number or len(checkpoints) + 1
-                checkpoint.created_at = checkpoint.created_at or time.time()
-                checkpoints.append(checkpoint)
-                number = checkpoint.number
+                number = _add_checkpoint(checkpoints, commit.checkpoint)
                 faults.hit("after_checkpoint_before_event", run.agent)
-                events.append(ev.checkpoint(checkpoint, checkpoint.number))
-            staged.updated_at = time.time()
+                events.append(ev.checkpoint(commit.checkpoint, number))
+            staged.updated_at = clock.now()
             parent = self._family(run, staged)
             # commit point
             self.runs[run_id] = staged
@@ -123,10 +101,30 @@ class MemoryStore:
             if parent is not None:
                 parent.wake_at = staged.updated_at
             self._append_events(staged, events)
-            if commit.audit is not None:
-                self.audit[run_id].append(copy.deepcopy(commit.audit))
+            if action is not None and action.audit is not None:
+                self.audit[run_id].append(copy.deepcopy(action.audit))
             return r.CommitResult(staged.epoch, staged.event_seq, staged.control, number,
                                   copy.deepcopy(staged))
+
+    def _staged_effects(self, run_id: str, written: list[r.EffectRecord],
+                        action: r.OperatorCommit | None) -> tuple[dict, set[str]]:
+        """The run's effects as the commit leaves them, and the keys it adds."""
+        effects = dict(self.effects[run_id])
+        if action is not None and action.supersede is not None:
+            for position, effect in effects.items():
+                if _superseded_by(effect, action.supersede):
+                    effects[position] = copy.deepcopy(effect).superseding()
+        new_keys = set()
+        for effect in written:
+            if effect.moved_from is not None:  # carried over: moves under its own key
+                _move(effects, effect)
+                continue
+            existing = effects.get(effect.position)
+            if existing is None and (effect.key in self.keys or effect.key in new_keys):
+                raise ValueError(f"duplicate idempotency key {effect.key}")
+            new_keys.add(effect.key)
+            effects[effect.position] = copy.deepcopy(effect)
+        return effects, new_keys
 
     def renew(self, run_id: str, epoch: int, lease_expires_at: float) -> str | None:
         with self._lock:
@@ -154,11 +152,13 @@ class MemoryStore:
                     and run.lease_expires_at is not None and run.lease_expires_at > now
                     and run.status not in r.FINAL_STATUSES]
 
-    def due_runs(self, now: float, limit: int = 100, *, exclude=()) -> list[str]:
+    def due_runs(self, now: float, limit: int = 100, *, exclude=(),
+                 codes: Codes | None = None) -> list[str]:
         with self._lock:
             excluded = set(exclude)
             due = [run for run in self.runs.values()
-                   if run.id not in excluded and claimable.holds(run, now)]
+                   if run.id not in excluded and claimable.holds(run, now)
+                   and _admitted(run, codes)]
             due.sort(key=lambda run: run.updated_at)
             return [run.id for run in due[:limit]]
 
@@ -177,9 +177,6 @@ class MemoryStore:
             else:
                 effects = sorted(effects, key=lambda e: (e.started_at, e.position))
             return r.History(copy.deepcopy(checkpoints), copy.deepcopy(effects))
-
-    def close_thread_resources(self) -> None:
-        pass  # nothing per thread
 
     def events_after(self, run_id: str, seq: int = 0) -> list[tuple[int, str, dict]]:
         with self._lock:
@@ -213,6 +210,45 @@ class MemoryStore:
             self.events[run.id].append((run.event_seq, kind, copy.deepcopy(data)))
 
 
+def _staged_run(run: r.RunRecord, commit: r.Commit,
+               action: r.OperatorCommit | None) -> r.RunRecord:
+    staged = copy.deepcopy(run)
+    if action is not None and action.take_over:
+        staged.epoch += 1
+    for name, value in commit.run.fields().items():
+        setattr(staged, name, copy.deepcopy(value))
+    if commit.release:
+        staged.lease_owner = None
+        staged.lease_expires_at = None
+    return staged
+
+
+def _add_checkpoint(checkpoints: list, written: r.CheckpointRecord) -> int:
+    """`written` numbered (the run's count of checkpoints, unless the engine chose one)
+    and added to `checkpoints`; its number."""
+    checkpoint = copy.deepcopy(written)
+    checkpoint.number = checkpoint.number or len(checkpoints) + 1
+    checkpoint.created_at = checkpoint.created_at or clock.now()
+    checkpoints.append(checkpoint)
+    return checkpoint.number
+
+
+def _admitted(run: r.RunRecord, codes: Codes | None) -> bool:
+    return codes is None or codes.admits(run)
+
+
+def _move(effects: dict, effect: r.EffectRecord) -> None:
+    """An effect written at a new position under its key: the one stored under that key
+    goes there (runs/durable/upgrade.py)."""
+    old = next((p for p, e in effects.items() if e.key == effect.key), None)
+    if old is None:
+        raise ValueError(f"no effect holds the key {effect.key} to move")
+    del effects[old]
+    moved = copy.deepcopy(effect)
+    moved.moved_from = None
+    effects[moved.position] = moved
+
+
 def _superseded_by(effect: r.EffectRecord, supersede: r.Supersede) -> bool:
     if effect.superseded:
         return False
@@ -222,14 +258,18 @@ def _superseded_by(effect: r.EffectRecord, supersede: r.Supersede) -> bool:
 def _queried_checkpoints(checkpoints, query: r.HistoryQuery) -> list[r.CheckpointRecord]:
     forks = [c for c in checkpoints if query.forks and c.parent_number is not None]
     wanted = {c.number for c in forks} | {c.parent_number for c in forks}
-    target = next((c for c in checkpoints if c.number == query.checkpoint), None)
-    if target is not None:
+    targets = [c for c in checkpoints if c.number == query.checkpoint]
+    if query.replay is not None:
+        targets += replayed_from(c for c in checkpoints if c.branch == query.replay)
+    for target in targets:
         wanted |= {c.number for c in serde.chain_to(target, checkpoints)}
     return [c for c in checkpoints if c.number in wanted]
 
 
 def _queried_effect(effect: r.EffectRecord, query: r.HistoryQuery) -> bool:
     if query.superseded_by is not None and _superseded_by(effect, query.superseded_by):
+        return True
+    if not effect.superseded and query.replay is not None and effect.branch == query.replay:
         return True
     return (not effect.superseded and query.step is not None
             and (effect.branch, effect.step_no) == tuple(query.step))

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager as ContextManager
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
     from .records import CheckpointRecord, EffectRecord, RunRecord
-    from .session import RunSession
 
 _NULL = nullcontext()
 
@@ -63,10 +62,19 @@ class SessionObserver:
 NOOP_SESSION = SessionObserver()
 
 
+class Claimed(Protocol):
+    """What an observer reads of a claim (a RunSession, runs/durable/session.py)."""
+
+    run: RunRecord
+    epoch: int
+    crashed: bool  # it took over a dead worker's lease
+    owner: str
+
+
 class Observer:
     """The installed observer. No-op by default."""
 
-    def session(self, session: RunSession) -> SessionObserver:
+    def session(self, session: Claimed) -> SessionObserver:
         """A claim succeeded; `session.crashed`: it took over a dead worker's lease."""
         return NOOP_SESSION
 

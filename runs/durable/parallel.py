@@ -29,11 +29,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import records as r
-from .errors import DurableError, FencedError, ToolFailedError
+from .calls import resolve
+from .config import thread_ended
+from .errors import DurableError, FencedError, Stop, Suspend, ToolFailedError
+from .parallel_slots import NotStarted, Slot, running
+from .policies.budget import waiters
 from .registry import Tool
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .context import RunContext
+    from .step import Step
 
 MAX_CONCURRENCY = 64
 GROUP_KEY = "__parallel__"
@@ -66,116 +70,86 @@ def check_concurrency(value) -> int:
     return value
 
 
-def run_group(ctx: RunContext, specs, *, max_concurrency: int, return_exceptions: bool) -> list:
+def run_group(step: Step, specs, *, max_concurrency: int, return_exceptions: bool) -> list:
     calls = [as_call(spec) for spec in specs]
     limit = check_concurrency(max_concurrency)
     if not calls:
         return []
-    # Positions first, in the order asked: nothing has run yet.
-    planned = []
-    for index, call in enumerate(calls):
-        digest_kwargs = {**call.kwargs, GROUP_KEY: [index, len(calls)]}
-        position, recorded = ctx._next(r.CALL, call.tool.name, call.args, digest_kwargs)
-        planned.append((call, position, recorded, digest_kwargs))
-    outcomes: list[Any] = [None] * len(calls)
-    failures: dict[int, BaseException] = {}
-    abort = threading.Event()  # an engine stop: calls not started yet are not started
-    store = ctx._session.store
-
-    slots = threading.BoundedSemaphore(limit)
-
-    def one(index: int) -> None:
-        call, position, recorded, digest_kwargs = planned[index]
-        slot = _Slot(slots)
-        try:
-            slot.take()
-            if abort.is_set():
-                raise _NotStarted()
-            _running.slot = slot
-            outcomes[index] = ctx._resolve(call.tool, position, recorded, call.args, call.kwargs,
-                                           digest_kwargs=digest_kwargs)
-        except ToolFailedError as exc:
-            failures[index] = exc
-        except _NotStarted as exc:
-            failures[index] = exc
-        except BaseException as exc:  # noqa: BLE001 - handed to the step's thread below
-            failures[index] = exc
-            abort.set()
-        finally:
-            _running.slot = None
-            slot.give_back()
-
-    fresh = []
-    for index, (_call, _position, recorded, _kw) in enumerate(planned):
-        if recorded is not None and recorded.status in (r.DONE, r.ERROR) and \
-                recorded.resolution != "retry":
-            one(index)  # logged: no thread needed
-        else:
-            fresh.append(index)
-    if fresh:
-        # Twice the slots in threads: a call whose tool returned gives its slot to the
-        # next call while its outcome is logged (see call_returned).
-        with ThreadPoolExecutor(max_workers=min(2 * limit, len(fresh)),
-                                thread_name_prefix=f"parallel {ctx.run_id}") as pool:
-            for index in fresh:
-                pool.submit(_in_thread, store, one, index)
-    _raise_engine_stop(failures)
+    group = _Group(step, calls, limit)
+    group.run()
+    _raise_engine_stop(group.failures)
     results = []
     for index in range(len(calls)):
-        if index in failures:
+        if index in group.failures:
             if not return_exceptions:
-                raise failures[index]
-            results.append(failures[index])
+                raise group.failures[index]
+            results.append(group.failures[index])
         else:
-            results.append(outcomes[index])
+            results.append(group.outcomes[index])
     return results
 
 
-class _Slot:
-    """One of a group's `max_concurrency` places, held by a call from before it starts
-    until its tool returns: the limit is on calls to the world at once, and logging an
-    outcome (a commit, queued behind the group's other commits) is not one."""
+class _Group:
+    """One ctx.parallel: its calls' positions taken first, in the order asked (nothing
+    has run yet), then the calls made, each in its place."""
 
-    def __init__(self, slots: threading.BoundedSemaphore):
-        self.slots, self.held = slots, False
+    def __init__(self, step: Step, calls: list[Call], limit: int):
+        self.step, self.limit = step, limit
+        self.planned = []
+        for index, call in enumerate(calls):
+            digest_kwargs = {**call.kwargs, GROUP_KEY: [index, len(calls)]}
+            position, recorded = step.next(r.CALL, call.tool.name, call.args, digest_kwargs)
+            self.planned.append((call, position, recorded, digest_kwargs))
+        self.outcomes: list[Any] = [None] * len(calls)
+        self.failures: dict[int, BaseException] = {}
+        self.abort = threading.Event()  # an engine stop: calls not started yet are not started
+        self.slots = threading.BoundedSemaphore(limit)
 
-    def take(self) -> None:
-        self.slots.acquire()
-        self.held = True
+    def run(self) -> None:
+        fresh = []
+        for index, (_call, _position, recorded, _kw) in enumerate(self.planned):
+            if recorded is not None and recorded.replays:
+                self.one(index)  # logged: no thread needed
+            else:
+                fresh.append(index)
+        if fresh:
+            # Twice the slots in threads: a call whose tool returned gives its slot to the
+            # next call while its outcome is logged (parallel_slots.call_returned).
+            with ThreadPoolExecutor(max_workers=min(2 * self.limit, len(fresh)),
+                                    thread_name_prefix=f"parallel {self.step.run_id}") as pool:
+                for index in fresh:
+                    pool.submit(self.in_thread, index)
 
-    def give_back(self) -> None:
-        if self.held:
-            self.held = False
-            self.slots.release()
+    def in_thread(self, index: int) -> None:
+        try:
+            self.one(index)
+        finally:
+            thread_ended(self.step.host.config)  # this thread will not be back
 
-
-_running = threading.local()  # the slot of the group call this thread is making
-
-
-def call_returned() -> None:
-    """The tool of the call this thread makes has returned (or failed): if it is a call
-    of a parallel group, its slot goes to the group's next call now."""
-    slot = getattr(_running, "slot", None)
-    if slot is not None:
-        slot.give_back()
-
-
-class _NotStarted(Exception):
-    """A call of the group that an engine stop kept from starting."""
-
-
-def _in_thread(store, fn, index: int) -> None:
-    try:
-        fn(index)
-    finally:
-        store.close_thread_resources()  # this thread will not be back
+    def one(self, index: int) -> None:
+        call, position, recorded, digest_kwargs = self.planned[index]
+        slot = Slot(self.slots)
+        try:
+            slot.take()
+            if self.abort.is_set():
+                raise NotStarted()
+            with running(slot, self.abort):
+                self.outcomes[index] = resolve(self.step, call.tool, position, recorded,
+                                               call.args, call.kwargs,
+                                               digest_kwargs=digest_kwargs)
+        except (ToolFailedError, NotStarted) as exc:
+            self.failures[index] = exc
+        except BaseException as exc:  # noqa: BLE001 - handed to the step's thread
+            self.failures[index] = exc
+            self.abort.set()
+            waiters.wake()  # a sibling waiting for a budget's calls in flight gives up
+        finally:
+            slot.give_back()
 
 
 def _raise_engine_stop(failures: dict[int, BaseException]) -> None:
-    from .context import Stop, Suspend
-
     errors = [failures[i] for i in sorted(failures)]
-    calls_own = (ToolFailedError, _NotStarted)  # results of the calls, not engine stops
+    calls_own = (ToolFailedError, NotStarted)  # results of the calls, not engine stops
     ranked = (
         lambda e: not isinstance(e, Exception) and not isinstance(e, (Stop, Suspend)),
         lambda e: isinstance(e, FencedError),

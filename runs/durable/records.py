@@ -1,12 +1,31 @@
-"""The records the engine and a store exchange. Plain data, no behaviour.
+"""The records the engine and a store exchange: plain data (an effect's record, with the
+moves it may make, is runs/durable/effect.py).
 
 Times are POSIX seconds (floats); a store converts them as it likes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
+
+# An effect's record, its kinds and statuses (runs/durable/effect.py), with the others
+from .effect import (  # noqa: F401 - read as records.X by the stores and the pages
+    CALL,
+    DONE,
+    ERROR,
+    INPUT,
+    INTENT,
+    JOIN,
+    NOW,
+    PATCH,
+    RANDOM,
+    RETRYING,
+    SLEEP,
+    SPAWN,
+    EffectRecord,
+)
 
 # Run statuses (docs/ARCHITECTURE.md)
 QUEUED = "queued"
@@ -19,16 +38,6 @@ FAILED = "failed"
 CANCELLED = "cancelled"
 STATUSES = (QUEUED, RUNNING, PAUSED, WAITING, NEEDS_ATTENTION, SUCCEEDED, FAILED, CANCELLED)
 FINAL_STATUSES = (SUCCEEDED, FAILED, CANCELLED)
-
-# Effect kinds and statuses
-CALL, NOW, RANDOM, SLEEP, INPUT = "call", "now", "random", "sleep", "input"
-# A child run launched (result: its id and agent), and the outcomes of the children a
-# step waited for, in the order asked (docs/children.md).
-SPAWN, JOIN = "spawn", "join"
-INTENT, DONE, ERROR = "intent", "done", "error"
-# A call whose last attempt failed and whose next waits on a durable timer: its
-# `error` is the last error, its `result` {"wake_at", "first_at", "wait"}.
-RETRYING = "retrying"
 
 # Control requests a worker honours at its next effect boundary
 PAUSE, CANCEL = "pause", "cancel"
@@ -58,6 +67,7 @@ class RunRecord:
     wake_at: float | None = None
     crash_count: int = 0
     crash_step: int = -1
+    crash_effects: int = 0  # with crash_step, the progress mark of the last claim
     event_seq: int = 0
     created_at: float = 0.0
     updated_at: float = 0.0
@@ -72,42 +82,11 @@ class RunRecord:
     # effect that launched it, unique, so that a replay finds the child it launched.
     parent_id: str | None = None
     spawn_key: str | None = None
-
-
-@dataclass
-class EffectRecord:
-    """A logged call at position (branch, step_no, seq)."""
-
-    branch: int
-    step_no: int
-    seq: int
-    kind: str
-    tool: str
-    digest: str
-    key: str
-    idempotent: bool
-    status: str
-    args_preview: str = ""
-    args: Any = None
-    result: Any = None
-    error: dict | None = None
-    attempts: int = 0
-    started_at: float = 0.0
-    finished_at: float | None = None
-    resolution: str = ""
-    superseded: bool = False
-    worker: str = ""
-    epoch: int = 0  # the writer's fencing epoch: audits prove no fenced write landed
-    # a metered call's usage: {"model", "prompt_tokens", "completion_tokens", "cost"}
-    usage: dict | None = None
-
-    @property
-    def position(self) -> tuple[int, int, int]:
-        return (self.branch, self.step_no, self.seq)
-
-    def describe(self) -> dict:
-        return {"kind": self.kind, "tool": self.tool, "args_preview": self.args_preview,
-                "digest": self.digest}
+    # The code the run belongs to (runs/durable/versions.py): a fingerprint of its
+    # agent's code, beside the declared `agent_version`; and the fingerprint of a code
+    # whose replay of the run's history diverged, so that its workers do not claim it.
+    code_fingerprint: str = ""
+    version_refused: str | None = None
 
 
 @dataclass
@@ -146,27 +125,91 @@ class Supersede:
     keep_branches: tuple[int, ...]
 
 
+class _Keep:
+    """What a field of RunChanges holds when the commit leaves it as it is."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP: Any = _Keep()
+
+
+@dataclass
+class RunChanges:
+    """The fields of the run a commit sets, by RunRecord's names (a store's column names);
+    a field left KEEP is not written. None is a value: it clears the field."""
+
+    status: str = KEEP
+    output: Any = KEEP
+    error: dict | None = KEEP
+    attention: dict | None = KEEP
+    control: str | None = KEEP
+    step_no: int = KEEP
+    branch: int = KEEP
+    crash_count: int = KEEP
+    crash_step: int = KEEP
+    crash_effects: int = KEEP
+    lease_expires_at: float | None = KEEP
+    wake_at: float | None = KEEP
+    suspended_at: float | None = KEEP
+    progress_done: float = KEEP
+    progress_total: float = KEEP
+    progress_message: str = KEEP
+    usage: dict = KEEP
+    budget: dict | None = KEEP
+    agent_version: str = KEEP
+    code_fingerprint: str = KEEP
+    version_refused: str | None = KEEP
+
+    def fields(self) -> dict[str, Any]:
+        """{name: value} of the fields set, in the order above."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if getattr(self, f.name) is not KEEP}
+
+    def get(self, name: str, default=None):
+        value = getattr(self, name)
+        return default if value is KEEP else value
+
+    def over(self, base: RunChanges) -> RunChanges:
+        """These changes on top of `base`'s: where both set a field, these win."""
+        return dataclasses.replace(base, **self.fields())
+
+
 @dataclass
 class Commit:
-    """Everything one engine transition writes, in one transaction, fenced by epoch.
+    """Everything one transition of a worker's session writes, in one transaction,
+    fenced by the epoch. `checkpoint.number` is assigned by the store when it is 0."""
 
-    `checkpoint.number` is assigned by the store when it is 0.
-    """
-
-    run: dict = field(default_factory=dict)
+    run: RunChanges = field(default_factory=RunChanges)
     effects: list[EffectRecord] = field(default_factory=list)
     checkpoint: CheckpointRecord | None = None
     events: list[tuple[str, dict]] = field(default_factory=list)
-    audit: AuditRecord | None = None
-    supersede: Supersede | None = None
-    release: bool = False
-    take_over: bool = False
+    release: bool = False  # the lease goes: the run is no longer this session's
     # The commit ends a child run or waits on children: the store applies the family
     # rule (runs/durable/family.py) inside its transaction.
     family: bool = False
     # Apply only if the run still has this status: an operator decided on what it
     # saw, and releasing a run does not move its epoch.
     expect_status: str | None = None
+
+
+@dataclass
+class OperatorCommit(Commit):
+    """An operator's action (runs/durable/control/): a Commit with its audit entry, and
+    what it does to the run's course: it may take the run over (epoch + 1, fencing off
+    the worker that holds it) and supersede effects (a rollback, an edit). Its result
+    holds the run as committed."""
+
+    audit: AuditRecord | None = None  # set by control's _act, which commits every action
+    take_over: bool = False
+    supersede: Supersede | None = None
+
+    @classmethod
+    def of(cls, commit: Commit, **action) -> OperatorCommit:
+        """A worker's commit (what it writes) as an operator's action."""
+        return cls(**{f.name: getattr(commit, f.name) for f in dataclasses.fields(Commit)},
+                   **action)
 
 
 @dataclass
@@ -222,6 +265,9 @@ class HistoryQuery:
     checkpoint     this checkpoint and those its patch rests on
     superseded_by  the live effects this Supersede would mark
     step           the live effects of (branch, step_no)
+    replay         what a replay of this branch needs (runs/durable/upgrade.py): its
+                   checkpoints whose state no step made (the first, an on_resume's, an
+                   upgrade's) with the bases of their patches, and all its live effects
 
     Effects come in log order (branch, step, seq), checkpoints by number.
     """
@@ -230,6 +276,7 @@ class HistoryQuery:
     checkpoint: int | None = None
     superseded_by: Supersede | None = None
     step: tuple[int, int] | None = None
+    replay: int | None = None
 
 
 @dataclass

@@ -11,6 +11,7 @@ from typing import Any
 
 from .errors import AgentNotFoundError, InputValidationError
 from .retry import NO_RETRY, Retry
+from .versions import UPGRADES
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,14 @@ class Tool:
 
     def __call__(self, *args, **kwargs):
         return self.fn(*args, **kwargs)
+
+    def arguments(self, args, kwargs) -> dict:
+        """A call's arguments by name, as the tool's signature binds them (what gates and
+        meters read)."""
+        try:
+            return dict(inspect.signature(self.fn).bind_partial(*args, **kwargs).arguments)
+        except (TypeError, ValueError):  # a call its own tool would refuse: the values alone
+            return {"args": list(args), **kwargs}
 
     def __repr__(self):
         return f"<tool {self.name} idempotent={self.idempotent}>"
@@ -97,6 +106,11 @@ class Agent:
       conversation     a chat agent: the state key of its messages (OpenAI's format); the
                        run page shows them as a conversation and takes follow-ups, which
                        the agent receives from ctx.wait_for_input as {"message": text}
+      upgrade          what a deploy of new code does with the runs of older code
+                       (docs/deploys.md): "pin" (the default) leaves them to the workers
+                       of their code while any is alive, then replays each history on
+                       the new code and moves it if the replay is clean; "replay" does
+                       that at once, for runs of an older declared version
     """
 
     name: str = ""
@@ -110,6 +124,7 @@ class Agent:
     default_budget: dict | None = None
     approvals: tuple = ()
     conversation: str | None = None
+    upgrade: str = "pin"
 
     def start(self, inputs: dict) -> dict:
         return dict(inputs)
@@ -141,6 +156,9 @@ class AgentRegistry:
     agents: dict[str, type[Agent]] = field(default_factory=dict)
 
     def register(self, cls: type[Agent]) -> None:
+        if cls.upgrade not in UPGRADES:
+            raise ValueError(f"agent {cls.name!r}: upgrade must be one of {', '.join(UPGRADES)}, "
+                             f"not {cls.upgrade!r}")
         existing = self.agents.get(cls.name)
         if existing is not None and existing.__qualname__ != cls.__qualname__:
             raise ValueError(f"agent name {cls.name!r} is taken by {existing.__qualname__}")
@@ -151,6 +169,10 @@ class AgentRegistry:
             return self.agents[name]()
         except KeyError:
             raise AgentNotFoundError(name) from None
+
+    def classes(self) -> list[type[Agent]]:
+        """Every registered agent class, system agents included: what a worker runs."""
+        return list(self.agents.values())
 
     def names(self) -> list[str]:
         """The agents users may launch (system agents left out)."""
@@ -171,8 +193,11 @@ def agent(name: str, *, version: str | None = None, input_schema: dict | None = 
                 raise TypeError(f"@agent class {target.__qualname__} must subclass Agent")
             cls = target
         else:
+            # Its module is the function's: the code a run's fingerprint covers
+            # (runs/durable/versions.py), not this one's.
             cls = type(target.__name__, (FunctionAgent,), {"fn": staticmethod(target),
-                                                           "__doc__": target.__doc__})
+                                                           "__doc__": target.__doc__,
+                                                           "__module__": target.__module__})
             cls.__qualname__ = target.__qualname__
         cls.name = name
         if version is not None:

@@ -23,6 +23,14 @@ RETRY_AFTER_LIMIT = 86400.0
 # a bug, better refused at once than a wake time past what a store's timestamps hold
 # (the year 9999), which would leave the run as a crash again and again.
 LONGEST_WAIT = 100 * 365 * 86400.0
+# A wait no longer than this (a retry's, a ctx.sleep's) blocks the worker instead of
+# releasing it: the round trip through the sweep would cost more than the wait itself.
+INLINE_SLEEP_SECONDS = 1.0
+
+
+def frees_the_worker(seconds: float) -> bool:
+    """A wait this long is a durable timer: the run gives its worker up until then."""
+    return seconds > INLINE_SLEEP_SECONDS
 
 
 @dataclass(frozen=True)

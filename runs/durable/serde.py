@@ -17,20 +17,24 @@ from .errors import StateNotSerializableError, StateTooLargeError
 COMPRESS_ABOVE = 1024
 MAX_STATE_BYTES = 64 * 1024 * 1024
 # A state above this size is stored as a zstd patch against the previous
-# checkpoint's JSON (like `zstd --patch-from`): a large state that changes a
-# little costs about the change, not the state. A chain of patches ends with a
-# full checkpoint, which a resume decodes first, then every patch after it.
+# checkpoint's JSON (like `zstd --patch-from`): a state that changes a little
+# costs about the change, not the state. A chain of patches ends with a full
+# checkpoint, which a resume decodes first, then every patch after it.
 #
-# The trade-off is storage against resume time. A full checkpoint every L steps
-# costs full/L bytes a step on top of the patch: for 1 MiB of JSON (540 KB
-# compressed) changing 1 KiB a step, L = 32 stored 19 KB a step, L = 100 about
-# 7 KB (issue 7 asks for at most 10x the change). A resume decodes up to L
-# patches of the whole state: 100 patches of 1 MiB took 16-40 ms here (0.2-0.4
-# ms each, the 1 MiB dictionary loaded for each), against 100 ms allowed for a
-# restart. A chain also ends as soon as its patches add up to a full
-# checkpoint's size: past that a full one is both smaller and faster to decode.
-PATCH_ABOVE = 16 * 1024
-CHAIN_LIMIT = 100
+# Where a chain ends is chosen by size, not by a count of patches. A new full
+# checkpoint is written when the chain's patches would outweigh the full one they
+# rest on: its cost spread over the chain is then at most the patches' own, so a
+# step costs at most about twice its change (a count of 100 made a 1 MiB state
+# changing 1 KiB a step cost 7.8 KiB a step: its 552 KB base every 100 steps).
+# And when a resume would decode more than CHAIN_DECODE_BYTES along the chain (each
+# patch decodes to a whole state): that bounds a resume's time whatever the
+# change, a few bytes a step on a large state included (1 MiB patches decode in
+# 0.2-0.4 ms here quiet, 1.1 ms loaded: 512 of them take 0.1-0.6 s).
+# Below PATCH_ABOVE a full checkpoint is cheap enough: a patch needs the compressor
+# with the base as its dictionary (about a millisecond), a few KiB compress in tens
+# of microseconds.
+PATCH_ABOVE = 2 * 1024
+CHAIN_DECODE_BYTES = 512 * 1024 * 1024
 PATCH_CODEC = "json+zstd-patch"
 _PATCH_LEVEL = 6  # with long-distance matching: a 1 KB change in 1 MB patches to < 1 KB
 _JSON_SCALARS = (str, int, float, bool, type(None))
@@ -141,12 +145,15 @@ class Chain:
     patch_bytes: int = 0
     full_bytes: int = 0
 
-    def may_extend(self) -> bool:
-        return self.length < CHAIN_LIMIT
+    def may_extend(self, raw: bytes) -> bool:
+        """Whether a resume may decode one more patch of a state this size (its
+        patches decode to states of about this size)."""
+        return (self.length + 1) * len(raw) <= CHAIN_DECODE_BYTES
 
     def worth(self, patch: bytes, raw: bytes) -> bool:
-        """Whether a patch beats a full checkpoint here."""
-        return len(patch) < len(raw) // 4 and self.patch_bytes + len(patch) < self.full_bytes
+        """Whether a patch beats a full checkpoint here: it is small against the state,
+        and the chain's patches with it still weigh no more than its full checkpoint."""
+        return len(patch) < len(raw) // 4 and self.patch_bytes + len(patch) <= self.full_bytes
 
     def after(self, blob: bytes, patched: bool) -> Chain:
         if not patched:

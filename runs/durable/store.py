@@ -1,8 +1,18 @@
-"""The storage protocol the engine talks to. Implementations: `MemoryStore`
-(runs/durable/memory.py), `OrmStore` (runs/storage/orm.py, any Django database) and
-`PgStore` (runs/storage/pg.py, PostgreSQL); one contract suite
-(tests/durable/contract.py) holds them all to the same semantics. Which runs are
-claimable (claim, due_runs) is one rule for all of them: runs/durable/claimable.py.
+"""The storage protocols the engine talks to.
+
+`Store` is what the engine reads and writes: seven methods. `LeaseStore` is what keeps
+a claim alive and finds the runs to claim: a session renews its own lease, a worker's
+runtime renews many at once, expires a dead process's and lists the due runs.
+Implementations: `MemoryStore` (runs/durable/memory.py), `OrmStore`
+(runs/storage/orm.py: SQLite, PostgreSQL, and the other databases with UPDATE ...
+RETURNING) and `PgStore` (runs/storage/pg.py, PostgreSQL); each is both. One contract
+suite (tests/durable/contract.py) holds them all to the same semantics. Which runs are
+claimable (claim, due_runs) is one rule: runs/durable/claimable.py.
+
+A commit is a worker's (`Commit`: what its session writes) or an operator's
+(`OperatorCommit`: an action with its audit entry, which may take the run over and
+supersede effects), as PgStore writes the first in one statement and the second in a
+transaction of several.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from .records import (
     Loaded,
     RunRecord,
 )
+from .versions import Codes
 
 
 class Store(Protocol):
@@ -27,10 +38,6 @@ class Store(Protocol):
         """Insert a new queued run (id, agent, version, inputs set) with its first event.
         A child run whose `spawn_key` is already taken is not inserted: the run that
         holds the key is returned (docs/children.md)."""
-
-    def children(self, run_id: str, *, active_only: bool = False) -> list[RunRecord]:
-        """The child runs of the run (parent_id = run_id), oldest first; with
-        `active_only`, those not in a final status (what a spawn counts against its cap)."""
 
     def get(self, run_id: str) -> RunRecord:
         """The run alone (no checkpoint, no effect): what most operator actions decide
@@ -40,20 +47,35 @@ class Store(Protocol):
         """The run, its latest checkpoint on the live branch, and the live effects of
         that branch after the checkpoint's step. Raises RunNotFoundError."""
 
-    def claim(self, run_id: str, owner: str, lease_seconds: float, now: float) -> Claim | None:
+    def children(self, run_id: str, *, active_only: bool = False) -> list[RunRecord]:
+        """The child runs of the run (parent_id = run_id), oldest first; with
+        `active_only`, those not in a final status (what a spawn counts against its cap)."""
+
+    def history(self, run_id: str, query: HistoryQuery | None = None) -> History:
+        """Every checkpoint and effect of the run, oldest first, for operators; with a
+        query, only the part it names (see HistoryQuery). Raises RunNotFoundError."""
+
+    def claim(self, run_id: str, owner: str, lease_seconds: float, now: float, *,
+              codes: Codes | None = None) -> Claim | None:
         """Take the run if it is claimable (runs/durable/claimable.py: queued, running, or
-        waiting on a due timer, and no live lease held): epoch + 1, lease to `owner`.
+        waiting on a due timer, and no live lease held) and, with `codes`, of a code the
+        worker may claim (runs/durable/versions.py): epoch + 1, lease to `owner`.
         A conditional update: None when someone else holds it or it is not runnable."""
 
     def commit(self, run_id: str, epoch: int, commit: Commit) -> CommitResult:
-        """Apply a Commit in one transaction if the run's epoch is still `epoch`, else
-        raise FencedError. Numbers the events, adds a "checkpoint" event for a
-        checkpoint, returns the run's pending control request and, for a commit with
-        an audit entry at least, the run as committed. In the same transaction, the
-        family rule (runs/durable/family.py): a child reaching a final status wakes its
-        parent waiting on it, and a parent committing a wait on children that one of
-        them already ended is woken at once."""
+        """Apply a Commit in one transaction if the run's epoch is still `epoch` (and, with
+        `expect_status`, its status that one), else raise FencedError. An effect is
+        written at its position; one with `moved_from` (carried over by an upgrade) is
+        moved there, found by its key. Numbers the events, adds a "checkpoint" event for
+        a checkpoint, returns the run's pending control request and, for an
+        OperatorCommit, the run as committed (its audit entry written, the epoch moved on
+        by a take-over, what it supersedes marked). In the same transaction, the family
+        rule (runs/durable/family.py): a child reaching a final status wakes its parent
+        waiting on it, and a parent committing a wait on children that one of them
+        already ended is woken at once."""
 
+
+class LeaseStore(Protocol):
     def renew(self, run_id: str, epoch: int, lease_expires_at: float) -> str | None:
         """Extend the lease if the epoch holds (else FencedError); return the control
         request (pause/cancel) waiting for the owner, if any."""
@@ -72,16 +94,7 @@ class Store(Protocol):
         leaves alone a run claimed again since)."""
 
     def due_runs(self, now: float, limit: int = 100, *,
-                 exclude: Sequence[str] = ()) -> list[str]:
-        """Ids of the runs claimable at `now` (runs/durable/claimable.py), the longest
-        unchanged first, but for `exclude` (the runs a worker already holds): what a
-        sweep hands to workers and free slots claim."""
-
-    def history(self, run_id: str, query: HistoryQuery | None = None) -> History:
-        """Every checkpoint and effect of the run, oldest first, for operators; with a
-        query, only the part it names (see HistoryQuery). Raises RunNotFoundError."""
-
-    def close_thread_resources(self) -> None:
-        """The calling thread is done with the store (a thread of the engine's own, such
-        as a LeaseRenewer, before it ends): a store with per-thread connections closes
-        this thread's."""
+                 exclude: Sequence[str] = (), codes: Codes | None = None) -> list[str]:
+        """Ids of the runs claimable at `now` (runs/durable/claimable.py; with `codes`, by
+        a worker of those codes), the longest unchanged first, but for `exclude` (the runs
+        a worker already holds): what a sweep hands to workers and free slots claim."""

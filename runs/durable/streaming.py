@@ -28,15 +28,15 @@ from typing import TYPE_CHECKING
 from . import events
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .host import StepHost
     from .records import EffectRecord
-    from .session import RunSession
 
 FLUSH_SECONDS = 0.1
 MAX_EVENT_TEXT = 32_000  # characters in one event: a larger batch is split
 
 
-def attempt_id(session: RunSession, record: EffectRecord) -> str:
-    return f"{session.epoch}.{record.attempts}"
+def attempt_id(host: StepHost, record: EffectRecord) -> str:
+    return f"{host.epoch}.{record.attempts}"
 
 
 class _Done:
@@ -49,14 +49,14 @@ class _Failed:
         self.error = error
 
 
-def drain(session: RunSession, record: EffectRecord, generator, *,
+def drain(host: StepHost, record: EffectRecord, generator, *,
           flush_seconds: float | None = None):
     """Run a streaming tool's generator to its end, writing its chunks as events.
 
     Returns the generator's return value (or the chunks joined, if it returned
     None); raises what the generator raised, after writing what it yielded."""
     interval = FLUSH_SECONDS if flush_seconds is None else flush_seconds
-    batch = _Batch(session, record)
+    batch = _Batch(host, record)
     items: queue.Queue = queue.Queue()
     stop = threading.Event()
     reader = threading.Thread(target=_read, args=(generator, items, stop), daemon=True,
@@ -105,10 +105,10 @@ def _read(generator, items: queue.Queue, stop: threading.Event) -> None:
 
 
 class _Batch:
-    def __init__(self, session: RunSession, record: EffectRecord):
-        self.session = session
+    def __init__(self, host: StepHost, record: EffectRecord):
+        self.host = host
         self.record = record
-        self.attempt = attempt_id(session, record)
+        self.attempt = attempt_id(host, record)
         self.offset = 0
         self.pending: list[str] = []
         self.parts: list[str] = []
@@ -132,9 +132,9 @@ class _Batch:
 
     def write(self) -> None:
         if self.pending:
-            self.session.write_events(self._events())
+            self.host.write_events(self._events())
 
     def buffer(self) -> None:
         if self.pending:
             for event in self._events():
-                self.session.emit(event)
+                self.host.emit(event)

@@ -10,7 +10,7 @@ class LimitsConfig(AppConfig):
 
     def ready(self):
         # A limit that cannot be applied is refused at start, not at a run's first call.
-        from runs.durable.limits import LimitConfigError
+        from runs.durable.policies.limits import LimitConfigError
 
         from .config import from_settings
 

@@ -9,7 +9,7 @@ import time
 
 from django.conf import settings
 
-from runs.durable import limits as lim
+from runs.durable.policies import limits as lim
 
 RULES_CACHE_SECONDS = 5.0
 _cache: dict = {"at": -1e9, "rules": {}}

@@ -1,10 +1,10 @@
 """Shared limits: what the admin says a limit is, and its state when the database
-keeps it (without Redis). The algorithm is the engine's (runs/durable/limits.py)."""
+keeps it (without Redis). The algorithm is the engine's (runs/durable/policies/limits.py)."""
 
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from runs.durable import limits as lim
+from runs.durable.policies import limits as lim
 
 
 class Limit(models.Model):

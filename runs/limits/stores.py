@@ -1,7 +1,7 @@
 """Where the limits' state lives: Redis when REDIS_URL is set, else the database.
 
 Both keep one small JSON document per limit and change it atomically with the
-engine's algorithm (runs/durable/limits.py), so every worker process of every host
+engine's algorithm (runs/durable/policies/limits.py), so every worker process of every host
 sees one count:
 
   * Redis: an optimistic transaction (WATCH the key, read, decide, MULTI/SET/EXEC;
@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import F
 
-from runs.durable import limits as lim
+from runs.durable.policies import limits as lim
 
 from .models import LimitState
 

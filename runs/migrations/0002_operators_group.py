@@ -1,11 +1,14 @@
-"""The "Operators" group with runs.operate_run, the workers' heartbeat table, and the
-django-q2 schedule that applies the checkpoint retention policy."""
+"""The "Operators" group with runs.operate_run and the workers' heartbeat table.
+
+It also made a django-q2 schedule for the checkpoint retention policy. django-q2 is gone
+(each worker tree's main applies the policy: runs/worker/sweep.py), so that step does
+nothing now and this migration no longer depends on django-q2's own: a new database
+migrates without it, and one that ran it keeps its row until 0054 deletes it."""
 
 import django.utils.timezone
 from django.db import migrations, models
 
 OPERATORS = "Operators"
-RETENTION_TASK = "runs.retention.prune_task"
 
 
 def create_operators(apps, schema_editor):
@@ -25,25 +28,12 @@ def remove_operators(apps, schema_editor):
     apps.get_model("auth", "Group").objects.filter(name=OPERATORS).delete()
 
 
-def create_retention_schedule(apps, schema_editor):
-    Schedule = apps.get_model("django_q", "Schedule")
-    if not Schedule.objects.filter(func=RETENTION_TASK).exists():
-        Schedule.objects.create(name="checkpoint retention", func=RETENTION_TASK,
-                                schedule_type="I", minutes=60, repeats=-1,
-                                next_run=django.utils.timezone.now())
-
-
-def remove_retention_schedule(apps, schema_editor):
-    apps.get_model("django_q", "Schedule").objects.filter(func=RETENTION_TASK).delete()
-
-
 class Migration(migrations.Migration):
 
     dependencies = [
         ("runs", "0001_initial"),
         ("auth", "0012_alter_user_first_name_max_length"),
         ("contenttypes", "0002_remove_content_type_name"),
-        ("django_q", "0019_alter_task_options_alter_ormq_key_alter_ormq_lock_and_more"),
     ]
 
     operations = [
@@ -64,5 +54,5 @@ class Migration(migrations.Migration):
             },
         ),
         migrations.RunPython(create_operators, remove_operators),
-        migrations.RunPython(create_retention_schedule, remove_retention_schedule),
+        migrations.RunPython(migrations.RunPython.noop, migrations.RunPython.noop),
     ]

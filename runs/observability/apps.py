@@ -10,12 +10,11 @@ class ObservabilityConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        from runs.observability import guard, observer, tracing
+        from runs.observability import guard, observer
 
         try:
             guard.parse_networks(settings.AGENTOPS["METRICS_ALLOW"])
         except ValueError as exc:
             raise ImproperlyConfigured(f"AGENTOPS_METRICS_ALLOW: {exc}") from exc
-        tracing.configure_from_env()
         # Installed even with metrics and tracing off: it is also the log lines' context.
         observer.install(metrics_on=settings.AGENTOPS["METRICS"])

@@ -60,7 +60,7 @@ VIEWERS = Gauge("agentops_websocket_viewers", "Open websockets, by socket",
                 ["socket"], multiprocess_mode="livesum")
 
 # --- budgets -----------------------------------------------------------------------------------
-# A metered call's usage (runs/durable/metering.py), counted when its outcome is logged:
+# A metered call's usage (runs/durable/policies/metering.py), counted when its outcome is logged:
 # a replay returns the logged result and is never counted again, so these add up to the
 # ledger's totals (runs/budgets/). kind: input (prompt) or output (completion) tokens.
 TOKENS = Counter("agentops_tokens", "Model tokens of logged calls", ["agent", "model", "kind"])

@@ -5,27 +5,33 @@ Spans of one claim, all in the run's trace (tracing.py):
 
     claim <agent>            start: the claim began; end: the run was claimed and loaded
       step <n>               one step of the agent (replaying: it had logged effects to replay)
-        <tool>               a call that happened (every attempt), or a replayed one
-                             (agentops.effect.replayed = true, no duration)
+                             an event per effect: a call that happened (every attempt
+                             in one), or a replayed one (agentops.effect.replayed = true)
 
-The claim span ends at once, so a worker killed in the middle of a step has
-already exported it (with the effects it finished), and the next claim's spans
+Effects are events of their step's span, not spans of their own: a span per call cost a
+no-op call 20-37% more (the SDK's span object, then its OTLP encoding, under the run's
+interpreter lock), an event a few percent (docs/observability.md, "What it costs").
+While a tool runs its step's span is current, so an HTTP tool sends it downstream.
+Effects outside any step (on_resume's, which the log places at step -epoch) get a
+span of that name, open until the next step begins or the claim ends.
+
+The claim span ends at once, so a worker killed in the middle of a step has already
+exported it (and its finished steps with their effects), and the next claim's spans
 join them in the same trace.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.sdk.trace import Event
 from opentelemetry.trace import Status, StatusCode
 
 from runs.durable import observe
 from runs.durable import records as r
-from runs.durable.context import Suspend
-from runs.durable.errors import FencedError, InDoubtEffectError, ToolFailedError
+from runs.durable.errors import FencedError, InDoubtEffectError, Suspend, ToolFailedError
 from runs.observability import logs, metrics, tracing
 
 # What an effect's outcome is called, from its record's status after the call.
@@ -88,17 +94,13 @@ class SessionObserver(observe.SessionObserver):
         run = session.run
         self.agent = run.agent
         self.metrics = owner.metrics_on
-        self.pipeline = tracing.pipeline()
-        self.tracer = None if self.pipeline is None else self.pipeline.tracer
+        self.tracer = tracing.tracer()
         self.started = time.time_ns()
         self.run_id = run.id
         self.epoch = session.epoch
         self.takeover = bool(session.crashed)
         self.worker = session.owner
-        self.parent = None     # the claim span's context: the steps' parent
-        self.parent_span = None  # its span context: an effect's parent outside a step
-        self.step_span_context = None  # the step's span: the parent of its effects
-        self.current_effect = None  # the call in progress (its span is recorded when it ends)
+        self.effects = _EffectsSpan(self)  # the span effects are events of
         self._tokens = logs.bind(run_id=run.id, branch=run.branch, worker=session.owner)
         if self.metrics:
             kind = "takeover" if self.takeover else "claim"
@@ -106,27 +108,22 @@ class SessionObserver(observe.SessionObserver):
             if self.takeover:
                 metrics.TAKEOVERS.labels(self.agent).inc()
         if self.tracer is not None:
-            self.run_context = owner.trace_context(self.tracer, run)
+            self.parent = owner.trace_context(self.tracer, run)  # the claim's, once claimed
 
     def claimed(self, seconds: float) -> None:
         if self.metrics:
             metrics.CLAIM_SECONDS.observe(seconds)
         if self.tracer is not None:
             span = self.tracer.start_span(
-                f"claim {self.agent}", context=self.run_context,
+                f"claim {self.agent}", context=self.parent,
                 start_time=self.started - int(seconds * 1e9), attributes={
                     "agentops.run.id": self.run_id, "agentops.epoch": self.epoch,
                     "agentops.worker": self.worker, "agentops.takeover": self.takeover})
             span.end()
             self.parent = trace.set_span_in_context(span)
-            self.parent_span = span.get_span_context()
 
     def step(self, step_no: int, replaying: bool):
         return _Step(self, step_no, replaying)
-
-    def effect_parent(self):
-        """The span an effect's span goes under: its step's, else the claim's."""
-        return self.step_span_context or self.parent_span
 
     def effect(self, record: r.EffectRecord):
         return _Effect(self, record)
@@ -134,21 +131,21 @@ class SessionObserver(observe.SessionObserver):
     def replayed(self, record: r.EffectRecord) -> None:
         if self.metrics:
             metrics.REPLAYED.labels(record.tool).inc()
-        if self.pipeline is not None:
-            now = time.time_ns()
-            parent = self.effect_parent()
-            self.pipeline.record(record.tool, self.pipeline.child_of(parent), parent,
-                                 kind=trace.SpanKind.CLIENT, start=now, end=now,
-                                 attributes=_effect_attributes(self, record, replayed=True))
+        if self.tracer is not None:
+            span, _ = self.effects.of(record)
+            span.add_event(record.tool, _effect_event(
+                record, replayed=True, outcome=OUTCOMES.get(record.status, record.status)))
 
     def attempt_failed(self, record, error, retry_in) -> None:
         if self.metrics and retry_in is not None:
             metrics.RETRIES.labels(record.tool).inc()
-        if self.current_effect is not None:
-            self.current_effect.events.append(Event("attempt failed", {
+        if self.tracer is not None:
+            span, _ = self.effects.of(record)
+            span.add_event("attempt failed", {
+                "agentops.tool": record.tool, "agentops.effect.key": record.key,
                 "agentops.effect.attempt": record.attempts,
                 "exception.type": type(error).__name__, "exception.message": str(error)[:300],
-                "agentops.retry_in": -1.0 if retry_in is None else float(retry_in)}))
+                "agentops.retry_in": -1.0 if retry_in is None else float(retry_in)})
 
     def checkpoint(self, checkpoint: r.CheckpointRecord) -> None:
         if self.metrics:
@@ -166,8 +163,54 @@ class SessionObserver(observe.SessionObserver):
         if self.metrics:
             metrics.SESSIONS.labels(self.agent, outcome).inc()
         logs.unbind(self._tokens)
-        if self.tracer is not None and outcome in ENDINGS_THAT_FLUSH:
-            tracing.flush()
+        if self.tracer is not None:
+            self.effects.close_outside()
+            if outcome in ENDINGS_THAT_FLUSH:
+                tracing.flush()
+
+
+class _EffectsSpan:
+    """Which span an effect's event goes on: its step's while a step runs, else a span
+    of the effect's own step number (on_resume's effects, at step -epoch), opened by its
+    first effect and ended when the next step begins or the claim ends."""
+
+    __slots__ = ("observer", "current", "outside", "lock")
+
+    def __init__(self, observer: SessionObserver):
+        self.observer = observer
+        # the span and the context it is current in (a tool's downstream parent), set
+        # together: the calls of a parallel group read them from their own threads
+        self.current: tuple | None = None
+        self.outside = False  # `current` is the span of effects outside a step
+        self.lock = threading.Lock()  # a parallel group outside a step opens one span
+
+    def open(self, step_no: int, attributes: dict, *, outside: bool = False):
+        observer = self.observer
+        span = observer.tracer.start_span(f"step {step_no}", context=observer.parent,
+                                          attributes={"agentops.run.id": observer.run_id,
+                                                      "agentops.step": step_no,
+                                                      "agentops.epoch": observer.epoch,
+                                                      **attributes})
+        self.current, self.outside = (span, trace.set_span_in_context(span)), outside
+        return span
+
+    def close(self) -> None:
+        self.current, self.outside = None, False
+
+    def close_outside(self) -> None:
+        if self.outside:
+            self.current[0].end()
+            self.close()
+
+    def of(self, record: r.EffectRecord) -> tuple:
+        """(span, context) of the span `record`'s event goes on."""
+        current = self.current
+        if current is None:
+            with self.lock:
+                if self.current is None:
+                    self.open(record.step_no, {"agentops.outside_steps": True}, outside=True)
+                current = self.current
+        return current
 
 
 class _Step:
@@ -180,11 +223,9 @@ class _Step:
         observer = self.observer
         self.tokens = logs.bind(step=self.step_no)
         if observer.tracer is not None:
-            self.span = observer.tracer.start_span(
-                f"step {self.step_no}", context=observer.parent, attributes={
-                    "agentops.run.id": observer.run_id, "agentops.step": self.step_no,
-                    "agentops.epoch": observer.epoch, "agentops.replaying": self.replaying})
-            observer.step_span_context = self.span.get_span_context()
+            observer.effects.close_outside()
+            self.span = observer.effects.open(self.step_no,
+                                              {"agentops.replaying": self.replaying})
         return self
 
     def __exit__(self, kind, exc, tb):
@@ -197,13 +238,12 @@ class _Step:
                 if isinstance(exc, Exception):
                     self.span.set_status(Status(StatusCode.ERROR, str(exc)[:300]))
             self.span.end()
-            observer.step_span_context = None
+            observer.effects.close()
         return False
 
 
 class _Effect:
-    __slots__ = ("observer", "record", "began", "tokens", "context", "parent", "started",
-                 "events", "attached")
+    __slots__ = ("observer", "record", "began", "tokens", "span", "started", "attached")
 
     def __init__(self, observer: SessionObserver, record: r.EffectRecord):
         self.observer, self.record = observer, record
@@ -212,14 +252,12 @@ class _Effect:
         observer = self.observer
         self.tokens = logs.bind(effect_key=self.record.key)
         self.began = time.perf_counter()
-        if observer.pipeline is not None:
-            self.parent = observer.effect_parent()
-            self.context = observer.pipeline.child_of(self.parent)
-            self.events = []
+        if observer.tracer is not None:
+            self.span, context = observer.effects.of(self.record)
             self.started = time.time_ns()
-            observer.current_effect = self
-            # current while the tool runs: an HTTP tool sends it downstream
-            self.attached = otel_context.attach(tracing.current_as(self.context))
+            # current while the tool runs (its own thread's context, in a parallel
+            # group too): an HTTP tool sends it downstream
+            self.attached = otel_context.attach(context)
         return self
 
     def __exit__(self, kind, exc, tb):
@@ -235,18 +273,12 @@ class _Effect:
                 time.perf_counter() - self.began)
             if outcome == "done" and record.usage:
                 _count_usage(observer.agent, record.usage)
-        if observer.pipeline is not None:
+        if observer.tracer is not None:
             otel_context.detach(self.attached)
-            observer.current_effect = None
-            attributes = _effect_attributes(observer, record, replayed=False)
-            attributes["agentops.effect.outcome"] = outcome
-            status = tracing.UNSET
+            attributes = _effect_event(record, replayed=False, outcome=outcome)
             if outcome in ("error", "in_doubt"):
-                status = Status(StatusCode.ERROR, (record.error or {}).get("type", ""))
-            observer.pipeline.record(record.tool, self.context, self.parent,
-                                     kind=trace.SpanKind.CLIENT, attributes=attributes,
-                                     events=self.events, status=status, start=self.started,
-                                     end=time.time_ns())
+                attributes["exception.type"] = (record.error or {}).get("type", "")
+            self.span.add_event(record.tool, attributes, timestamp=self.started)
         logs.unbind(self.tokens)
         return False
 
@@ -258,13 +290,11 @@ def _count_usage(agent: str, usage: dict) -> None:
     metrics.COST.labels(agent, model).inc(usage.get("cost") or 0.0)
 
 
-def _effect_attributes(observer: SessionObserver, record: r.EffectRecord, *,
-                       replayed: bool) -> dict:
-    return {"agentops.run.id": observer.run_id, "agentops.epoch": observer.epoch,
-            "agentops.tool": record.tool, "agentops.effect.key": record.key,
+def _effect_event(record: r.EffectRecord, *, replayed: bool, outcome: str) -> dict:
+    """An effect's event: the run, epoch and step are its span's."""
+    return {"agentops.tool": record.tool, "agentops.effect.key": record.key,
             "agentops.effect.attempt": record.attempts, "agentops.effect.replayed": replayed,
-            "agentops.effect.idempotent": record.idempotent, "agentops.step": record.step_no,
-            "agentops.effect.seq": record.seq}
+            "agentops.effect.outcome": outcome}
 
 
 def install(*, metrics_on: bool = True, links=None) -> Observer:

@@ -28,7 +28,9 @@ SIMPLE_ACTIONS = {
     "cancel": (services.run_cancel, {}, "Cancel requested."),
     "retry": (services.run_resume, {}, "Retrying from the last checkpoint."),
     "upgrade": (services.run_resume, {"upgrade": True},
-                "Continuing on the current version from the last checkpoint, on a new branch."),
+                "Continuing on the current version: where it stands if its history replays "
+                "cleanly, else from its last checkpoint on a new branch, the calls logged "
+                "since carried over (none is made again)."),
     "retry_now": (services.run_retry_now, {}, "The call's next attempt starts now."),
     "give_up": (services.run_give_up, {},
                 "Gave up retrying: the call fails with a tool error the agent sees."),

@@ -15,7 +15,7 @@ server stays the one renderer::
                  rows that moved past the seq given (or whose stall started or
                  ended); "all": some run the page does not list changed
 
-Shown runs are followed by the process's `LiveHub` (runs/live/consumers.py), as the user
+Shown runs are followed by the process's `LiveHub` (runs/live/hub.py), as the user
 pages' are: wake-ups from the channel layer, and its poll of their heads when one is
 missed. "all" has an `Activity` per process: it listens to the group every commit is
 also sent to (`RUN_LIST_GROUP`) and, for the wake-ups that never come (no Redis, Redis
@@ -33,20 +33,12 @@ import time
 from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
 
-from runs.live.consumers import (
-    CLOSE_NOT_FOUND,
-    MAX_WATCH,
-    UNKNOWN,
-    LiveConsumer,
-    ProtocolError,
-    _stall_key,
-    hub,
-    logger,
-    poll_seconds,
-)
-from runs.live.notify import RUN_LIST_GROUP
+from runs.live.consumers import MAX_WATCH
+from runs.live.hub import UNKNOWN, hub, poll_seconds, stall_key
+from runs.live.socket import CLOSE_NOT_FOUND, LiveConsumer, ProtocolError, logger
 from runs.operator.selectors import activity_fingerprint
 from runs.operator.views import PERMISSION
+from runs.wakeups import RUN_LIST_GROUP
 
 ACTIVITY_EVERY = 2.0          # seconds between "all" notices to one socket
 ACTIVITY_POLL_SECONDS = 2.0   # seconds between fingerprint reads when no wake-up came
@@ -236,7 +228,7 @@ class OperatorConsumer(LiveConsumer):
             if feed.stall is not UNKNOWN and self.stalls_sent[run_id] is UNKNOWN:
                 self.stalls_sent[run_id] = feed.stall
             stall_moved = (feed.stall is not UNKNOWN
-                           and _stall_key(feed.stall) != _stall_key(self.stalls_sent[run_id]))
+                           and stall_key(feed.stall) != stall_key(self.stalls_sent[run_id]))
             if feed.head > seq or stall_moved:
                 self.known[run_id] = max(seq, feed.head)
                 self.stalls_sent[run_id] = feed.stall

@@ -1,5 +1,7 @@
 """Display helpers for the operator pages."""
 
+from datetime import UTC, datetime
+
 from django import template
 
 from runs.operator.forms import RunActionForm
@@ -12,6 +14,18 @@ register = template.Library()
 def action_confirm(action: str) -> str:
     """The question to ask before `action`, or "" for an action that needs none."""
     return RunActionForm.CONFIRM.get(action, "")
+
+
+@register.filter
+def recorded_time(value) -> datetime | None:
+    """A time as it is stored: a datetime (a row's column) or seconds since the epoch (the
+    engine's records, a run's attention); None when none was recorded (None, or the 0.0
+    a record holds for a time never set)."""
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return datetime.fromtimestamp(value, tz=UTC)
+    return None
 
 
 @register.filter

@@ -14,8 +14,10 @@ from django.core.paginator import Paginator
 from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
+from runs.deploys.selectors import waiting_for_version_q
 from runs.durable import records as r
 from runs.models import AuditEntry, Checkpoint, Effect, Run, RunEvent, WorkerHeartbeat
+from runs.selectors import with_checkpoints
 from runs.storage import retention
 from runs.web.untrusted import is_run_id
 from runs.worker import stalls
@@ -53,14 +55,19 @@ def search_q(text: str) -> Q:
     users = list(get_user_model().objects.filter(username__icontains=text)
                  .values_list("pk", flat=True)[:100])
     found = Q(owner_id__in=users) if users else Q(pk__in=[])
+    return found | id_prefix_q(text)
+
+
+def id_prefix_q(text: str) -> Q:
+    """The runs whose ID starts with `text` (4 to 32 hex digits; none for other text)."""
     lowered = text.lower()
-    if HEX.match(lowered):
-        # A range on the primary key uses its index under any collation; the
-        # startswith keeps it exact.
-        low = lowered.ljust(RUN_ID_LENGTH, "0")
-        high = lowered.ljust(RUN_ID_LENGTH, "f")
-        found |= Q(pk__gte=low, pk__lte=high, pk__startswith=lowered)
-    return found
+    if not HEX.match(lowered):
+        return Q(pk__in=[])
+    # A range on the primary key uses its index under any collation (runs_run has no
+    # `_like` index: migration 0057); the startswith keeps it exact.
+    low = lowered.ljust(RUN_ID_LENGTH, "0")
+    high = lowered.ljust(RUN_ID_LENGTH, "f")
+    return Q(pk__gte=low, pk__lte=high, pk__startswith=lowered)
 
 
 @dataclass
@@ -118,9 +125,10 @@ def decode_cursor(cursor: str | None):
 
 
 def attention_count() -> int:
-    """Runs that need attention plus stalled runs (both on partial indexes)."""
+    """Runs that need attention, plus stalled runs and runs waiting for a worker of
+    their code (docs/deploys.md), each once: two counts on the status indexes."""
     return (Run.objects.filter(status=r.NEEDS_ATTENTION).count()
-            + Run.objects.filter(stalls.stalled_q()).count())
+            + Run.objects.filter(stalls.stalled_q() | waiting_for_version_q()).count())
 
 
 def total_stored_bytes() -> int:
@@ -137,14 +145,19 @@ ATTENTION_LIMIT = 200
 
 
 def attention_queue(include_failed: bool = True, limit: int = ATTENTION_LIMIT) -> list[Run]:
-    """Stalled runs, longest stalled first, then those that need attention (and failed
-    ones), newest first: two queries, each bounded."""
+    """Stalled runs, longest stalled first; then runs waiting for a worker of their code
+    (queued, not yet stalled: docs/deploys.md), longest waiting first; then those that
+    need attention (and failed ones), newest first: three queries, each bounded."""
     runs = Run.objects.select_related("owner").defer("inputs", "output")
-    stalled = list(runs.filter(stalls.stalled_q()).order_by("updated_at", "pk")[:limit])
+    found = list(runs.filter(stalls.stalled_q()).order_by("updated_at", "pk")[:limit])
+    if len(found) < limit:
+        found += runs.filter(waiting_for_version_q()).exclude(stalls.stalled_q()) \
+            .order_by("updated_at", "pk")[:limit - len(found)]
     statuses = [r.NEEDS_ATTENTION] + ([r.FAILED] if include_failed else [])
-    stopped = list(runs.filter(status__in=statuses).order_by("-updated_at", "-pk")
-                   [:limit - len(stalled)]) if len(stalled) < limit else []
-    return stalled + stopped
+    if len(found) < limit:
+        found += runs.filter(status__in=statuses).order_by("-updated_at", "-pk")[
+            :limit - len(found)]
+    return found
 
 
 def in_doubt_effects(runs: list[Run]) -> dict[str, Effect]:
@@ -166,8 +179,12 @@ RECENT = 100
 
 def run_detail(run: Run) -> dict:
     checkpoints = list(Checkpoint.objects.filter(run=run).defer("blob").order_by("-number")[:RECENT])
-    effects = list(Effect.objects.filter(run=run).order_by("-id")[:RECENT])
-    events = list(RunEvent.objects.filter(run=run).order_by("-seq")[:RECENT])[::-1]
+    # newest first as on the owner's page (runs/selectors.py, run_effects): by "-id" alone
+    # the planner walked every run's effects backwards by the primary key to meet a
+    # large run's (203 ms for a run of 10,000 effects among 2,000,000: bench/scale.py)
+    effects = list(Effect.objects.filter(run=run).order_by("-started_at", "-id")[:RECENT])
+    recent = RunEvent.objects.filter(run=run).order_by("-seq")[:RECENT]
+    events = with_checkpoints(list(recent)[::-1])
     audit = list(AuditEntry.objects.filter(run=run).order_by("-created_at", "-id")[:RECENT])
     in_doubt = in_doubt_effects([run]).get(run.pk) if run.status == r.NEEDS_ATTENTION else None
     return {"checkpoints": checkpoints, "effects": effects, "events": events, "audit": audit,
@@ -176,7 +193,8 @@ def run_detail(run: Run) -> dict:
 
 
 def events_after(run: Run, seq: int, limit: int = 500) -> list[RunEvent]:
-    return list(RunEvent.objects.filter(run=run, seq__gt=seq).order_by("seq")[:limit])
+    return with_checkpoints(list(RunEvent.objects.filter(run=run, seq__gt=seq)
+                                 .order_by("seq")[:limit]))
 
 
 def latest_state(run: Run):
@@ -203,14 +221,12 @@ class WorkerProcess:
     last_renewal: datetime | None
 
 
-def workers_overview(now: datetime | None = None) -> dict:
-    from django.conf import settings
-    from django_q.models import OrmQ
-
-    now = now or timezone.now()
-    lease = timedelta(seconds=settings.AGENTOPS["LEASE_SECONDS"])
+def _processes_holding_runs(lease: timedelta) -> dict[str, WorkerProcess]:
+    """The worker processes that hold runs, by lease owner, each with its runs and its
+    last renewal (a lease's expiry less its length)."""
     held = (Run.objects.filter(lease_owner__isnull=False)
-            .only("id", "agent", "status", "lease_owner", "lease_expires_at", "step_no", "event_seq")
+            .only("id", "agent", "status", "lease_owner", "lease_expires_at", "step_no", "event_seq",
+                  "control")  # shown beside the status: deferred, a query per run
             .order_by("lease_owner", "id"))
     processes: dict[str, WorkerProcess] = {}
     for run in held:
@@ -221,6 +237,16 @@ def workers_overview(now: datetime | None = None) -> dict:
         renewed = run.lease_expires_at - lease if run.lease_expires_at else None
         if renewed and (process.last_renewal is None or renewed > process.last_renewal):
             process.last_renewal = renewed
+    return processes
+
+
+def workers_overview(now: datetime | None = None) -> dict:
+    from django.conf import settings
+
+    from runs.storage.orm import due_runs_queryset
+
+    now = now or timezone.now()
+    processes = _processes_holding_runs(timedelta(seconds=settings.AGENTOPS["LEASE_SECONDS"]))
     clusters = list(WorkerHeartbeat.objects.all())
     hosts: dict[str, dict] = {}
     for cluster in clusters:
@@ -235,7 +261,8 @@ def workers_overview(now: datetime | None = None) -> dict:
     minutes = RATE_WINDOW.total_seconds() / 60
     return {
         "hosts": dict(sorted(hosts.items())),
-        "queue_depth": OrmQ.objects.count(),
+        # due and unclaimed: waiting for a free slot (a healthy fleet keeps it near 0)
+        "due_runs": due_runs_queryset(now.timestamp()).count(),
         "queued_runs": Run.objects.filter(status=r.QUEUED).count(),
         "finished": finished_by_status,
         "finished_per_minute": round(sum(finished_by_status.values()) / minutes, 2),
@@ -249,13 +276,9 @@ def cluster_problem(cluster: WorkerHeartbeat, now: datetime) -> str:
     stale row says nothing of its processes any more: its main may be dead or frozen."""
     if cluster.stale:
         return f"no heartbeat for {int((now - cluster.last_seen).total_seconds())} s"
-    live = {role: [p for p in cluster.processes if p.get("role") == role and p.get("alive")
-                   and p.get("status") != "stopped"] for role in ("sentinel", "worker")}
-    if not live["sentinel"]:
-        return "no live sentinel"
-    if not live["worker"]:
-        return "no live worker"
-    return ""
+    live = [p for p in cluster.processes if p.get("role") == "worker" and p.get("alive")
+            and p.get("status") != "stopped"]
+    return "" if live else "no live worker"
 
 
 def _split_owner(owner: str) -> tuple[str, int]:

@@ -1,5 +1,6 @@
 from django.urls import path
 
+from runs.deploys import views as deploys
 from runs.operator import actions, state_edit, views
 
 app_name = "operator"
@@ -9,6 +10,7 @@ urlpatterns = [
     path("costs/", views.costs, name="costs"),
     path("attention/", views.attention, name="attention"),
     path("workers/", views.workers, name="workers"),
+    path("deploys/", deploys.deploys, name="deploys"),  # docs/deploys.md
     path("runs/bulk/", actions.bulk, name="bulk"),
     path("runs/<run_id:run_id>/", views.run_page, name="run"),
     path("runs/<run_id:run_id>/live/", views.run_live, name="run_live"),

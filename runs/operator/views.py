@@ -10,6 +10,7 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from runs.durable import records as r
+from runs.durable.upgrade import VERSION_WAIT
 from runs.models import Run
 from runs.operator import selectors
 from runs.operator.forms import (
@@ -155,6 +156,9 @@ def available_actions(run: Run) -> list[str]:
         r.SUCCEEDED: ["rollback"],
         r.CANCELLED: ["rollback"],
     }
+    if kind == VERSION_WAIT and run.status not in r.FINAL_STATUSES:
+        # handed back for a worker of its code: or moved to this code (docs/deploys.md)
+        return ["upgrade", *by_status.get(run.status, [])]
     if run.status == r.WAITING and kind == "retry":
         return ["retry_now", "give_up", *by_status[r.WAITING]]
     if run.status == r.NEEDS_ATTENTION:

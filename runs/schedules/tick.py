@@ -21,11 +21,11 @@ from datetime import datetime
 
 from django.db import connection, transaction
 from django.db.models import Q
-from django.utils import timezone
 
 from runs.durable import DurableError
 from runs.durable import records as r
 from runs.models import Run
+from runs.storage import clock
 
 from .models import LaunchOutcome, Overlap, Schedule, ScheduleLaunch
 from .timing import latest_slot, next_slot
@@ -36,7 +36,7 @@ BATCH = 100
 
 def tick(now: datetime | None = None, limit: int = BATCH) -> list[ScheduleLaunch]:
     """Handle every due schedule; return the ScheduleLaunch rows written."""
-    now = now or timezone.now()
+    now = now or clock.now_dt()  # as the worker trees' leases: the database's clock
     due = list(Schedule.objects.filter(paused=False)
                .filter(Q(next_at__lte=now) | Q(queued_slot__isnull=False))
                .order_by("next_at").values_list("pk", flat=True)[:limit])

@@ -8,6 +8,7 @@ it runs on.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 
 
@@ -15,5 +16,8 @@ def database_store(notify=None):
     from runs.storage.orm import OrmStore
     from runs.storage.pg import PgStore
 
-    vendor = connections[DEFAULT_DB_ALIAS].vendor
-    return (PgStore if vendor == "postgresql" else OrmStore)(notify=notify)
+    if connections[DEFAULT_DB_ALIAS].vendor != "postgresql":
+        return OrmStore(notify=notify)
+    # Behind a pooler in transaction mode a prepared statement does not outlive its
+    # transaction: PgStore sends its statements unprepared (docs/ARCHITECTURE.md).
+    return PgStore(notify=notify, prepare=not settings.AGENTOPS["DB_TRANSACTION_POOLING"])

@@ -1,4 +1,5 @@
-"""The ORM implementation of the engine's Store protocol (runs/durable/store.py).
+"""The ORM implementation of the engine's store protocols (runs/durable/store.py: Store and
+LeaseStore).
 
 Every engine write is one transaction whose first statement is a conditional
 UPDATE of the run row `WHERE epoch = <the writer's epoch>`: a writer whose
@@ -15,27 +16,41 @@ from functools import reduce
 from operator import or_
 
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
-from django.db.models import F, Q
+from django.db.models import BooleanField, Q
+from django.db.models.expressions import RawSQL
 
+from runs.durable import claimable, serde
 from runs.durable import events as ev
-from runs.durable import family, serde
 from runs.durable import records as r
 from runs.durable.errors import FencedError, RunNotFoundError
 from runs.durable.faults import faults
-from runs.models import AuditEntry, Checkpoint, Effect, Run, RunEvent
-from runs.storage import claimable, columns
+from runs.durable.verify import STEP_REASONS, replayed_from
+from runs.durable.versions import Codes, admitted_sql
+from runs.models import AuditEntry, Checkpoint, Effect, Run, RunEvent, chain_rows
+from runs.storage import columns
 from runs.storage.columns import to_dt
+from runs.storage.commits import (
+    family_rule,
+    input_rule,
+    run_fields,
+    superseded_where,
+    write_effects,
+    write_events,
+)
 
 LOAD_PAGE = 500  # effects read a query at a time on resume (see live_effects)
 RENEW_CHUNK = 250  # leases renewed by one statement (its OR of conditions)
 COMMIT_READ = ("epoch", "event_seq", "control", "checkpoint_count", "agent", "branch",
                "parent_id")
-CLAIM_WHERE, CLAIM_PARAMS = claimable.as_sql()
 
 
 class OrmStore:
-    """The Store protocol through the ORM, on any database Django supports: one path per
-    operation. On PostgreSQL, PgStore (runs/storage/pg.py) writes a worker's commits, a
+    """The store protocols through the ORM: one path per operation.
+
+    Databases: SQLite (3.35 or later) and PostgreSQL, the two the contract suite runs on.
+    A claim is one conditional `UPDATE ... RETURNING`, which MySQL does not have, MariaDB
+    has only since 13.0 and Oracle writes otherwise (RETURNING INTO): none of those is
+    supported. On PostgreSQL, PgStore (runs/storage/pg.py) writes a worker's commits, a
     launch and a claim in single statements; `runs.storage.database_store` picks the
     store once, for the database it is built on."""
 
@@ -75,35 +90,28 @@ class OrmStore:
         return r.Loaded(run_record(row), checkpoint_record(checkpoint) if checkpoint else None,
                         live_effects(run_id, row.branch, after), bases)
 
-    def claim(self, run_id: str, owner: str, lease_seconds: float, now: float) -> r.Claim | None:
+    def claim(self, run_id: str, owner: str, lease_seconds: float, now: float, *,
+              codes: Codes | None = None) -> r.Claim | None:
         now_dt = to_dt(now)
+        code_where, code_params = admitted_sql(codes)
         # One conditional UPDATE that returns the row it claimed (it was an UPDATE and
         # a SELECT). SET expressions read the old row: an unreleased lease means its
         # owner died.
         rows = list(Run.objects.raw(
             "UPDATE runs_run SET epoch = epoch + 1, lease_owner = %s, lease_expires_at = %s, "
             "claimed_after_crash = (lease_owner IS NOT NULL), enqueued_at = NULL, "
-            f"updated_at = %s WHERE id = %s AND {CLAIM_WHERE} RETURNING *",
+            f"updated_at = %s WHERE id = %s AND {claimable.SQL}{code_where} RETURNING *",
             [owner, to_dt(now + lease_seconds), now_dt, run_id,
-             *claimable.with_now(CLAIM_PARAMS, now_dt)]))
+             *claimable.sql_params(now_dt), *code_params]))
         if not rows:
             return None  # not runnable, or another worker got there first
         return r.Claim(run_record(rows[0]), rows[0].claimed_after_crash)
 
     def commit(self, run_id: str, epoch: int, commit: r.Commit) -> r.CommitResult:
-        fields = {name: (to_dt(value) if name in columns.RUN_TIMES else value)
-                  for name, value in commit.run.items()}
-        new_events = len(commit.events) + (1 if commit.checkpoint is not None else 0)
+        action = commit if isinstance(commit, r.OperatorCommit) else None
         now_dt = datetime.now(dt_timezone.utc)
-        fields.update(event_seq=F("event_seq") + new_events, updated_at=now_dt)
-        if commit.take_over:
-            fields["epoch"] = F("epoch") + 1
-        if commit.release:
-            fields.update(lease_owner=None, lease_expires_at=None)
-        if commit.checkpoint is not None:
-            fields["checkpoint_count"] = F("checkpoint_count") + 1
-        if fields.get("status") in r.FINAL_STATUSES:
-            fields["finished_at"] = now_dt
+        fields = run_fields(commit, action, now_dt)
+        new_events = len(commit.events) + (1 if commit.checkpoint is not None else 0)
         with transaction.atomic():
             guard = {"status": commit.expect_status} if commit.expect_status else {}
             if Run.objects.filter(pk=run_id, epoch=epoch, **guard).update(**fields) != 1:
@@ -111,37 +119,27 @@ class OrmStore:
                 raise FencedError(run_id, epoch)  # a newer owner claimed the run
             # An operator's action hands the whole run back; a worker's write needs a
             # few columns, not the inputs and the output.
-            rows = Run.objects if commit.audit is not None else Run.objects.only(*COMMIT_READ)
+            rows = Run.objects if action is not None else Run.objects.only(*COMMIT_READ)
             committed = rows.get(pk=run_id)
-            seq = committed.event_seq - new_events
-            if commit.supersede is not None:
-                (Effect.objects.filter(superseded_where(committed.branch, commit.supersede),
-                                       run_id=run_id, superseded=False)
-                 .update(superseded=True))
-            if commit.effects:
-                Effect.objects.bulk_create(
-                    [effect_row(run_id, e) for e in commit.effects], update_conflicts=True,
-                    unique_fields=["run", "branch", "step_no", "seq"],
-                    update_fields=list(columns.EFFECT_OUTCOME))
-            events = list(commit.events)
-            number = None
+            write_effects(run_id, committed.branch, commit.effects,
+                          action.supersede if action is not None else None)
+            events, number = list(commit.events), None
             if commit.checkpoint is not None:
                 number = commit.checkpoint.number or committed.checkpoint_count
                 checkpoint_row(run_id, commit.checkpoint, number).save(force_insert=True)
                 faults.hit("after_checkpoint_before_event", committed.agent)
                 events.append(ev.checkpoint(commit.checkpoint, number))
-            RunEvent.objects.bulk_create([
-                RunEvent(run_id=run_id, seq=seq + i, kind=kind, data=data, created_at=now_dt)
-                for i, (kind, data) in enumerate(events, start=1)])
-            if commit.audit is not None:
-                a = commit.audit
+            write_events(run_id, committed.event_seq - new_events, events, now_dt)
+            if action is not None and action.audit is not None:
+                a = action.audit
                 AuditEntry.objects.create(run_id=run_id, actor=a.actor, action=a.action,
                                           reason=a.reason, before=a.before, after=a.after)
             family_rule(run_id, committed.parent_id, fields.get("status"),
                         commit.run.get("attention"), now_dt)
+            input_rule(run_id, commit)
             self._notify_on_commit(run_id, committed.event_seq)
         return r.CommitResult(committed.epoch, committed.event_seq, committed.control, number,
-                              run_record(committed) if commit.audit is not None else None)
+                              run_record(committed) if action is not None else None)
 
     def renew(self, run_id: str, epoch: int, lease_expires_at: float) -> str | None:
         updated = Run.objects.filter(pk=run_id, epoch=epoch).update(
@@ -164,8 +162,9 @@ class OrmStore:
                 .values_list("id", "epoch", "lease_owner"))
         return [r.LeaseHeld(run_id, epoch, owner) for run_id, epoch, owner in rows]
 
-    def due_runs(self, now: float, limit: int = 100, *, exclude=()) -> list[str]:
-        due = due_runs_queryset(now)
+    def due_runs(self, now: float, limit: int = 100, *, exclude=(),
+                 codes: Codes | None = None) -> list[str]:
+        due = due_runs_queryset(now, codes)
         if exclude:
             due = due.exclude(pk__in=list(exclude))
         return list(due.order_by("updated_at").values_list("id", flat=True)[:limit])
@@ -180,7 +179,10 @@ class OrmStore:
                          [effect_record(e) for e in effects])
 
     def close_thread_resources(self) -> None:
-        connection.close()  # Django's connections are per thread
+        """The calling thread is done with the store: Django's connections are per thread,
+        so this one's is closed. Not the engine's protocol: what the runtime's threads
+        call as they end, and the engine's through WorkerConfig.thread_ended."""
+        connection.close()
 
     # --- internals ----------------------------------------------------------------------
     def _get(self, run_id: str) -> Run:
@@ -208,25 +210,6 @@ def launched_once(run: r.RunRecord, create) -> r.RunRecord:
         return run_record(Run.objects.get(spawn_key=run.spawn_key))
 
 
-def family_rule(run_id: str, parent_id: str | None, status: str | None,
-                attention: dict | None, now_dt: datetime) -> None:
-    """runs/durable/family.py, inside the commit's transaction, whose first statement
-    locked the run's row. A child that ends locks its parent's row (always, so that a
-    parent committing a wait meanwhile is ordered against it) and wakes a parent waiting
-    on it; a parent's wait, its row locked, looks at its pending children (a fresh
-    snapshot per statement) and is woken if one already ended."""
-    if status in r.FINAL_STATUSES and parent_id is not None:
-        parent = (Run.objects.select_for_update().filter(pk=parent_id)
-                  .only("status", "attention").first())
-        if parent is not None and family.wakes(parent.status, parent.attention, run_id):
-            Run.objects.filter(pk=parent_id).update(wake_at=now_dt)
-    elif status == r.WAITING and family.pending(attention):
-        final = set(Run.objects.filter(pk__in=family.pending(attention),
-                                       status__in=r.FINAL_STATUSES).values_list("id", flat=True))
-        if family.woken_at_once(attention, final):
-            Run.objects.filter(pk=run_id).update(wake_at=now_dt)
-
-
 def _renew_chunk(leases, lease_expires_at: float) -> dict[str, str | None]:
     held = {(lease.run_id, lease.epoch, lease.owner) for lease in leases}
     if not held:
@@ -250,7 +233,7 @@ def new_run_row(run: r.RunRecord) -> tuple[Run, tuple[str, dict]]:
               agent=run.agent, agent_version=run.agent_version, inputs=run.inputs,
               status=run.status, created_at=now, updated_at=now, event_seq=1,
               usage=run.usage or {}, budget=run.budget, parent_id=run.parent_id,
-              spawn_key=run.spawn_key)
+              spawn_key=run.spawn_key, code_fingerprint=run.code_fingerprint)
     return row, ev.status(run.status, event="launched")
 
 
@@ -262,10 +245,16 @@ def queried_history(row: Run, query: r.HistoryQuery) -> r.History:
     found = {c.number: checkpoint_record(c) for c in forks}
     for c in Checkpoint.objects.filter(run_id=row.pk, number__in=wanted - set(found)):
         found[c.number] = checkpoint_record(c)
-    target = found.get(query.checkpoint)
-    if target is not None and target.codec == serde.PATCH_CODEC:
-        found.update((base.number, base) for base in patch_bases(row.pk, target))
+    targets = [found[query.checkpoint]] if query.checkpoint in found else []
+    if query.replay is not None:
+        targets += replayed_from(replay_checkpoints(row.pk, query.replay))
+        found.update((c.number, c) for c in targets)
+    for target in targets:
+        if target.codec == serde.PATCH_CODEC:
+            found.update((base.number, base) for base in patch_bases(row.pk, target))
     where = Q(pk__in=[])
+    if query.replay is not None:
+        where |= Q(branch=query.replay)
     if query.superseded_by is not None:
         where |= superseded_where(row.branch, query.superseded_by)
     if query.step is not None:
@@ -275,21 +264,20 @@ def queried_history(row: Run, query: r.HistoryQuery) -> r.History:
                      [effect_record(e) for e in effects.order_by("branch", "step_no", "seq")])
 
 
-def superseded_where(newest_branch: int, supersede: r.Supersede) -> Q:
-    """The live effects `supersede` marks: after its step on the kept branches, all of
-    them on the others (a run's branches are 1 to its newest, the live one). Named
-    branch by branch, so that the scan stays inside the partial index of live effects
-    and reads what it marks, not what earlier rollbacks marked."""
-    dropped = [b for b in range(1, newest_branch + 1) if b not in supersede.keep_branches]
-    return (Q(branch__in=supersede.keep_branches, step_no__gt=supersede.after_step)
-            | Q(branch__in=dropped) | Q(branch__gt=newest_branch))
+def replay_checkpoints(run_id: str, branch: int) -> list[r.CheckpointRecord]:
+    """The branch's checkpoints a replay may start from or take as recorded: the first,
+    and those no step made (runs/durable/verify.py: replayed_from picks them). Their
+    blobs are read only for those: a long run has thousands of step checkpoints."""
+    rows = Checkpoint.objects.filter(run_id=run_id, branch=branch)
+    first = rows.order_by("step_no", "number").first()
+    chosen = rows.exclude(reason__in=STEP_REASONS)
+    return [checkpoint_record(c) for c in ([first] if first else []) + list(chosen)]
 
 
 def patch_bases(run_id: str, checkpoint: r.CheckpointRecord) -> list[r.CheckpointRecord]:
     """The checkpoints a patch checkpoint rests on, its full one first."""
-    window = Checkpoint.objects.filter(run_id=run_id, branch=checkpoint.branch,
-                                       number__lt=checkpoint.number,
-                                       number__gte=checkpoint.number - serde.CHAIN_LIMIT - 1)
+    window = chain_rows(run_id, checkpoint.branch, checkpoint.number).filter(
+        number__lt=checkpoint.number)
     chain = serde.chain_to(checkpoint, [checkpoint, *(checkpoint_record(c) for c in window)])
     return chain[:-1]
 
@@ -316,9 +304,12 @@ def live_effects(run_id: str, branch: int, after_step: int) -> list[r.EffectReco
 
 
 
-def due_runs_queryset(now: float):
-    """The runs claimable at `now` (runs/durable/claimable.py)."""
-    return Run.objects.filter(claimable.as_q(to_dt(now)))
+def due_runs_queryset(now: float, codes: Codes | None = None):
+    """The runs claimable at `now` (runs/durable/claimable.py), by a worker of `codes`."""
+    code_where, code_params = admitted_sql(codes)
+    return Run.objects.filter(RawSQL(claimable.SQL + code_where,
+                                     [*claimable.sql_params(to_dt(now)), *code_params],
+                                     output_field=BooleanField()))
 
 
 # --- row <-> record, by name (runs/storage/columns.py) ---------------------------------------

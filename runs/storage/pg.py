@@ -18,29 +18,30 @@ runs/storage/columns.py, and rows come back as dicts decoded by those names.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from datetime import datetime
-from datetime import timezone as dt_timezone
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from psycopg.rows import dict_row
 
-from runs.durable import events, serde
+from runs.durable import claimable, clock, events, serde
 from runs.durable import records as r
 from runs.durable.errors import FencedError
 from runs.durable.faults import faults
+from runs.durable.versions import Codes
 from runs.models import Checkpoint, Effect, Run
-from runs.storage import claimable, columns
+from runs.storage import columns
 from runs.storage.columns import sql_type, to_dt
+from runs.storage.commits import waits_for_input
 from runs.storage.orm import OrmStore, new_run_row, patch_bases, run_record
 
-# The run fields a worker's commit sets in the one statement: what the engine writes.
-WORKER_RUN_FIELDS = ("status", "output", "error", "attention", "control", "step_no", "branch",
-                     "agent_version", "progress_done", "progress_total", "progress_message",
-                     "lease_expires_at", "wake_at", "suspended_at", "crash_count", "crash_step",
-                     "usage", "budget")
+# The run fields a worker's commit sets in the one statement: what a session writes as a
+# run goes (not the code it moves to: that commit is rare, and takes OrmStore's path).
+WORKER_RUN_FIELDS = frozenset(f.name for f in dataclasses.fields(r.RunChanges)) - {
+    "code_fingerprint", "version_refused"}
 ONLY_WHEN_ASKED = 1 << 30  # a prepare_threshold that no statement count reaches
 CHECKPOINT_FAULT = "after_checkpoint_before_event"
 
@@ -80,7 +81,22 @@ CHECKPOINT_SELECT = ", ".join(f"cp.{n} AS cp_{n}" for n in columns.CHECKPOINT_FI
 EFFECT_OBJECT = "jsonb_build_object(" + ", ".join(
     f"'{n}', extract(epoch FROM e.{n})::float8" if n in columns.EFFECT_TIMES else f"'{n}', e.{n}"
     for n in columns.EFFECT_FIELDS) + ")"
-CLAIM_WHERE, CLAIM_PARAMS = claimable.as_sql()
+# Codes.admits (runs/durable/versions.py) with its sets as array parameters, so that the
+# claim holding it is one string whatever the sets (PostgreSQL prepares it once): the
+# parameters are codes_arrays(codes), NULLs for every code.
+CODES_ARRAY_SQL = (
+    " AND (%s::text[] IS NULL OR code_fingerprint = ANY(%s::text[]) OR ("
+    "agent = ANY(%s::text[]) AND NOT coalesce(version_refused, '') = ANY(%s::text[]) "
+    "AND NOT code_fingerprint = ANY(%s::text[])))")
+
+
+def codes_arrays(codes: Codes | None) -> list:
+    if codes is None:
+        return [None, [], [], [], []]
+    own = sorted(codes.own)
+    return [own, own, sorted(codes.agents), own, sorted(codes.taken)]
+
+
 # Claim and load in one round trip: the conditional UPDATE that takes the run (its SET
 # expressions read the old row: an unreleased lease means its owner died), the latest
 # checkpoint of the run's branch, and the live effects after it, oldest first.
@@ -98,7 +114,8 @@ CLAIM_LOAD_SQL = f"""
 WITH claimed AS (
     UPDATE runs_run SET epoch = epoch + 1, lease_owner = %s, lease_expires_at = %s,
            claimed_after_crash = (lease_owner IS NOT NULL), enqueued_at = NULL, updated_at = %s
-    WHERE id = %s AND xmin = (SELECT xmin FROM runs_run WHERE id = %s) AND {CLAIM_WHERE}
+    WHERE id = %s AND xmin = (SELECT xmin FROM runs_run WHERE id = %s) AND {claimable.SQL}
+          {CODES_ARRAY_SQL}
     RETURNING *),
 cp AS (
     SELECT c.* FROM runs_checkpoint c
@@ -114,15 +131,26 @@ FROM claimed LEFT JOIN cp ON true"""
 
 
 class PgStore(OrmStore):
+    """`prepare`: the single statements are prepared on the server, once per connection
+    (half their cost); off behind a pooler in transaction mode (PgBouncer's
+    pool_mode=transaction), where a prepared statement does not outlive its transaction:
+    `runs.storage.database_store` reads AGENTOPS_DB_TRANSACTION_POOLING."""
+
+    def __init__(self, notify=None, *, prepare: bool = True):
+        super().__init__(notify)
+        self.prepare = prepare
+
     # --- the protocol: the operations that are single statements here --------------------
     def _create_run(self, run: r.RunRecord) -> r.RunRecord:
         row, event = new_run_row(run)
-        create_run_in_one_statement(row, event)
+        create_run_in_one_statement(row, event, prepare=self.prepare)
         self._notify_on_commit(row.id, 1)
         return run_record(row)
 
-    def claim(self, run_id: str, owner: str, lease_seconds: float, now: float) -> r.Claim | None:
-        claimed = claim_and_load(run_id, owner, to_dt(now + lease_seconds), to_dt(now))
+    def claim(self, run_id: str, owner: str, lease_seconds: float, now: float, *,
+              codes: Codes | None = None) -> r.Claim | None:
+        claimed = claim_and_load(run_id, owner, to_dt(now + lease_seconds), to_dt(now), codes,
+                                 prepare=self.prepare)
         if claimed is None:
             return None  # not runnable, or another worker got there first
         run, crashed, checkpoint, effects = claimed
@@ -134,18 +162,18 @@ class PgStore(OrmStore):
         return r.Claim(run, crashed, r.Loaded(run, checkpoint, effects, bases))
 
     def commit(self, run_id: str, epoch: int, commit: r.Commit) -> r.CommitResult:
-        if not is_workers_commit(commit):
-            return super().commit(run_id, epoch, commit)  # an operator's action
+        if not in_one_statement(commit):
+            return super().commit(run_id, epoch, commit)  # an operator's action, or rare
         if commit.checkpoint is not None and faults.armed(CHECKPOINT_FAULT):
             # The statement is a transaction of its own, with no instant inside it: a
             # crash test's fault point gets one by running the same statement in an
             # explicit transaction and firing before it commits.
             with transaction.atomic():
-                row = commit_in_one_statement(run_id, epoch, commit)
+                row = commit_in_one_statement(run_id, epoch, commit, prepare=self.prepare)
                 if row is not None:
                     faults.hit(CHECKPOINT_FAULT, row["agent"])
         else:
-            row = commit_in_one_statement(run_id, epoch, commit)
+            row = commit_in_one_statement(run_id, epoch, commit, prepare=self.prepare)
         if row is None:
             self._get(run_id)  # RunNotFoundError if it is gone
             raise FencedError(run_id, epoch)  # a newer owner claimed the run
@@ -154,17 +182,19 @@ class PgStore(OrmStore):
         return r.CommitResult(row["epoch"], row["event_seq"], row["control"], row["number"])
 
 
-def is_workers_commit(commit: r.Commit) -> bool:
-    """A commit of a worker's session: no audit, take-over, supersede or status guard, no
-    family rule (runs/durable/family.py: a child's ending, a wait on children; its
-    statements come one after another, see orm.family_rule), and only the run fields
-    the engine writes."""
-    return (commit.audit is None and commit.supersede is None and not commit.take_over
-            and commit.expect_status is None and not commit.family
-            and commit.run.keys() <= set(WORKER_RUN_FIELDS))
+def in_one_statement(commit: r.Commit) -> bool:
+    """A worker's commit this store writes in one statement: not an operator's action,
+    no status guard, no family rule (runs/durable/family.py: a child's ending, a wait on
+    children; its statements come one after another, see orm.family_rule), no wait for
+    input (the features answer it in its transaction: commits.input_rule), no effect
+    carried over (moved by its key), and only the run fields of WORKER_RUN_FIELDS."""
+    return (not isinstance(commit, r.OperatorCommit) and commit.expect_status is None
+            and not commit.family and not waits_for_input(commit)
+            and commit.run.fields().keys() <= WORKER_RUN_FIELDS
+            and all(e.moved_from is None for e in commit.effects))
 
 
-def create_run_in_one_statement(row: Run, event: tuple[str, dict]) -> None:
+def create_run_in_one_statement(row: Run, event: tuple[str, dict], *, prepare: bool) -> None:
     """Insert the run row and its first event together (no transaction of our own: the
     statement is one), with the values Django would write for `row`."""
     fields = list(row._meta.concrete_fields)
@@ -175,16 +205,18 @@ def create_run_in_one_statement(row: Run, event: tuple[str, dict]) -> None:
            "INSERT INTO runs_runevent (run_id, seq, kind, data, created_at) "
            "SELECT id, 1, %s, %s::jsonb, created_at FROM run RETURNING seq")
     kind, data = event
-    execute_prepared(sql, [*values, kind, json.dumps(data)])
+    execute(sql, [*values, kind, json.dumps(data)], prepare=prepare)
 
 
-def claim_and_load(run_id: str, owner: str, lease_expires_at: datetime, now: datetime):
+def claim_and_load(run_id: str, owner: str, lease_expires_at: datetime, now: datetime,
+                   codes: Codes | None = None, *, prepare: bool):
     """(run, crashed, checkpoint or None, live effects or None) of a claim, or None when
-    the run is not claimable. The effects are None when there are more than
-    CLAIM_EFFECTS. The checkpoint's blob is its own: a patch needs its bases."""
-    row = execute_prepared(CLAIM_LOAD_SQL, [
-        owner, lease_expires_at, now, run_id, run_id, *claimable.with_now(CLAIM_PARAMS, now),
-        run_id, run_id, CLAIM_EFFECTS + 1])
+    the run is not claimable (by a worker of `codes`). The effects are None when there
+    are more than CLAIM_EFFECTS. The checkpoint's blob is its own: a patch needs its
+    bases."""
+    row = execute(CLAIM_LOAD_SQL, [
+        owner, lease_expires_at, now, run_id, run_id, *claimable.sql_params(now),
+        *codes_arrays(codes), run_id, run_id, CLAIM_EFFECTS + 1], prepare=prepare)
     if row is None:
         return None
     run = columns.run_record(columns.parse_json(row, columns.RUN_JSON))
@@ -199,10 +231,11 @@ def claim_and_load(run_id: str, owner: str, lease_expires_at: datetime, now: dat
             [columns.effect_record(e) for e in effects])
 
 
-def commit_in_one_statement(run_id: str, epoch: int, commit: r.Commit) -> dict | None:
+def commit_in_one_statement(run_id: str, epoch: int, commit: r.Commit, *,
+                            prepare: bool) -> dict | None:
     """The committed run's epoch, event_seq, control, agent and the checkpoint's number
     (or None), by name; None when the epoch was fenced off."""
-    now = datetime.now(dt_timezone.utc)
+    now = to_dt(clock.now())  # the engine's clock, as the commit's own times
     sql, params = _run_cte(run_id, epoch, commit, now)
     ctes = [sql]
     for part in (_effects_cte, _events_cte, _checkpoint_ctes):
@@ -210,7 +243,8 @@ def commit_in_one_statement(run_id: str, epoch: int, commit: r.Commit) -> dict |
         if sql:
             ctes.append(sql)
             params += part_params
-    return execute_prepared(_statement(tuple(ctes), commit.checkpoint is not None), params)
+    return execute(_statement(tuple(ctes), commit.checkpoint is not None), params,
+                   prepare=prepare)
 
 
 @functools.lru_cache(maxsize=512)
@@ -222,31 +256,32 @@ def _statement(ctes: tuple[str, ...], checkpoint: bool) -> str:
             f"{number} AS number FROM run")
 
 
-def execute_prepared(sql: str, params: list) -> dict | None:
-    """Run `sql` as a prepared statement on Django's own connection; its first row, as a
-    dict by column name.
+def execute(sql: str, params: list, *, prepare: bool) -> dict | None:
+    """Run `sql` on Django's own connection, server-side bound, and prepared if `prepare`;
+    its first row, as a dict by column name.
 
     Django binds client-side and opens its connections with prepared statements
     switched off (prepare_threshold=None, for transaction-mode poolers), which makes
     psycopg ignore even an explicit prepare=True: the statement was parsed and planned
     on every commit, half of its cost (1.4 ms against 0.7 ms, measured). A threshold
     no statement reaches turns preparing on for the statements asked for here only;
-    Django's client-side cursors never prepare whatever the threshold.
+    Django's client-side cursors never prepare whatever the threshold. Unprepared, the
+    statement is sent unnamed, which a pooler in transaction mode passes on as it is.
     """
     db = connections[DEFAULT_DB_ALIAS]  # the proxy `connection` looks it up on every use
     db.ensure_connection()
     conn = db.connection
-    if conn.prepare_threshold is None:
+    if prepare and conn.prepare_threshold is None:
         conn.prepare_threshold = ONLY_WHEN_ASKED
     with db.wrap_database_errors, psycopg.Cursor(conn, row_factory=dict_row) as cursor:
-        cursor.execute(sql, params, prepare=True)
+        cursor.execute(sql, params, prepare=prepare)
         return cursor.fetchone()
 
 
 def _run_cte(run_id: str, epoch: int, commit: r.Commit, now: datetime) -> tuple[str, list]:
     new_events = len(commit.events) + (commit.checkpoint is not None)
     sets, params = ["event_seq = event_seq + %s", "updated_at = %s"], [new_events, now]
-    for name, value in commit.run.items():
+    for name, value in commit.run.fields().items():
         sets.append(f"{name} = %s::{sql_type(Run, name)}")
         params.append(_sql_value(name, value))
     if commit.checkpoint is not None:

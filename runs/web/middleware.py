@@ -12,7 +12,7 @@ import logging
 from django.http import HttpResponse
 from django.template.loader import render_to_string
 
-from runs.worker.db import DATABASE_FAULTS
+from runs.db_faults import DATABASE_FAULTS
 
 logger = logging.getLogger("agentops.web")
 

@@ -26,11 +26,11 @@ from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
-from django.utils import timezone
 
 from runs.durable import records as r
 from runs.models import Run, RunEvent
 from runs.selectors import can_see_all
+from runs.storage import clock
 
 from .agents import DELIVERY_AGENT
 from .models import (
@@ -72,7 +72,7 @@ def payload(kind: str, run: dict, event: dict) -> dict:
 
 def dispatch(now: datetime | None = None) -> list[Delivery]:
     """Make the deliveries for the status events since the cursor; return them."""
-    now = now or timezone.now()
+    now = now or clock.now_dt()  # as the worker trees' leases: the database's clock
     # Read first, lock only if there is something to do: on SQLite a transaction takes
     # the database's write lock at BEGIN, which a tick twice a second must not.
     after = DispatchCursor.objects.filter(pk=1).values_list("last_id", flat=True).first() or 0
@@ -138,7 +138,6 @@ def _operators(user_ids) -> set[int]:
 def _launch(sub: Subscription, kind: str, run: dict, event: dict) -> Delivery:
     from runs.durable import control
     from runs.services import store
-    from runs.worker.execute import enqueue_run
 
     delivery = Delivery.objects.create(subscription=sub, event_type=kind, run_id=run["pk"],
                                        seq=event["seq"], msg_id=f"msg_{uuid.uuid4().hex}",
@@ -146,5 +145,4 @@ def _launch(sub: Subscription, kind: str, run: dict, event: dict) -> Delivery:
     record = control.launch(store(), agent=DELIVERY_AGENT, inputs={"delivery": delivery.pk})
     Delivery.objects.filter(pk=delivery.pk).update(delivery_run_id=record.id)
     delivery.delivery_run_id = record.id
-    enqueue_run(record.id)
     return delivery

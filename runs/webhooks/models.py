@@ -80,6 +80,7 @@ class Delivery(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name_plural = "deliveries"
         ordering = ["-created_at", "-pk"]
         constraints = [models.UniqueConstraint(fields=["subscription", "run", "seq"],
                                                name="delivery_once_per_event")]

@@ -1,17 +1,7 @@
-"""The worker runtime: the processes that execute runs and keep them alive.
+"""The worker runtime: the processes that execute runs.
 
-`execute` runs one run in a worker thread, `leases` keeps its lease, `sweep`
-finds due and abandoned runs, `heartbeat` reports the processes, `cluster/`
-supervises django-q2's processes, `stalls` says which runs nobody advances.
+`tree` is a host's main process and the worker processes it forks (crash-only
+supervision), `execute` the run slots of a worker process, `leases` keeps their
+leases, `sweep` the main's periodic duties, `heartbeat` reports the processes, `fleet`
+says which agent code the live trees serve, `stalls` which runs nobody advances.
 """
-
-
-def __getattr__(name):
-    # Tasks queued by versions before the runs/ layout name the task
-    # runs.worker.execute_run_task; resolve it lazily so importing this package
-    # stays free of the executor's imports.
-    if name == "execute_run_task":
-        from runs.worker.execute import execute_run_task
-
-        return execute_run_task
-    raise AttributeError(name)

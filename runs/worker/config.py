@@ -1,4 +1,4 @@
-"""Worker settings for the engine, read from Django settings."""
+"""Worker settings for the engine, read from Django settings and the features' hooks."""
 
 import os
 import socket
@@ -7,6 +7,9 @@ import uuid
 from django.conf import settings
 
 from runs.durable import WorkerConfig
+from runs.hooks import hooks
+from runs.storage import database_store
+from runs.worker import fleet
 
 _PROCESS_TOKEN = uuid.uuid4().hex[:8]
 _TOKEN_PID = os.getpid()
@@ -21,12 +24,14 @@ def worker_identity() -> str:
 
 
 def worker_config(slice_seconds: float | None = None) -> WorkerConfig:
-    from runs.budgets.gates import worker_gates
-    from runs.budgets.prices import price
-    from runs.worker.execute import enqueue_run
-
+    """A child run needs no hand-over at its launch (`launched` is None): a free slot of
+    any worker finds it at its next poll of the due runs (runs/worker/execute.py)."""
     conf = settings.AGENTOPS
+    gates = hooks.gates()  # none registered: the engine's default gates
     return WorkerConfig(owner=worker_identity(), lease_seconds=conf["LEASE_SECONDS"],
                         slice_seconds=slice_seconds or conf["TIME_SLICE_SECONDS"],
-                        crash_loop_limit=conf["CRASH_LOOP_LIMIT"],
-                        gates=worker_gates(), price=price, launched=enqueue_run)
+                        crash_loop_limit=conf["CRASH_LOOP_LIMIT"], price=hooks.price,
+                        codes=fleet.worker_codes(), **({"gates": gates} if gates else {}),
+                        # the engine's own threads (a run's parallel calls) close their
+                        # connection as they end: Django's are per thread
+                        thread_ended=database_store().close_thread_resources)

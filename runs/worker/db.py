@@ -10,10 +10,10 @@ wrapped so that every call hands the connection back to the pool.
 
 SQLite has no pool: each thread keeps its own connection (a file handle).
 
-Connection faults (a terminated backend, a database restart) are survived: the
-pool checks a connection before handing it out (CONN_HEALTH_CHECKS), and a run
+Connection faults (a terminated backend, a database restart) are survived: a run
 whose store call failed waits here for the database to answer and takes itself
-back (runs/durable/executor.py, `reconnect`).
+back (runs/durable/executor.py, `reconnect`). The pool does not check a connection
+before handing it out: that was a round trip more on every store call.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ import logging
 import threading
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection, connections
+from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.utils import load_backend
+
+from runs.db_faults import DATABASE_FAULTS
 
 logger = logging.getLogger("agentops.db")
 
-# What a lost connection, a restarting or unreachable database raise (a pool that
-# cannot hand out a connection in time raises OperationalError too).
-DATABASE_FAULTS = (OperationalError, InterfaceError)
 RECONNECT_FIRST_DELAY = 0.05
 RECONNECT_MAX_DELAY = 1.0
 
@@ -55,7 +55,45 @@ def use_pool_in_this_process() -> bool:
         "timeout": settings.AGENTOPS["WORKER_DB_POOL_TIMEOUT"],
         "reconnect_timeout": settings.AGENTOPS["DB_POOL_RECONNECT_SECONDS"]}}
     db["CONN_MAX_AGE"] = 0  # Django refuses persistent connections with a pool
+    # No check as the pool hands a connection out: it was an empty query, a round trip
+    # before each claim and each commit (two where one does). A dead connection fails
+    # the store call that uses it, and the run reconnects (wait_for_database, which
+    # checks the pool's other idle connections at once); a failed poll or claim only
+    # drops the connection, and the slot looks again at its next poll.
+    db["CONN_HEALTH_CHECKS"] = False
     return True
+
+
+def use_own_connection_in_this_thread() -> None:
+    """This thread talks to the database on a connection of its own, kept open, outside
+    the pool: for the thread every run of the process depends on (the lease keeper). In
+    the pool it waited behind the runs' threads for a connection: under load leases ran
+    out while their runs were alive and well, and other workers took them over."""
+    if not pooled():
+        return
+    # thread-local: the other threads keep the pooled wrapper
+    connections[DEFAULT_DB_ALIAS] = _unpooled(DEFAULT_DB_ALIAS)
+
+
+def _unpooled(alias: str):
+    """A connection to the default database outside the pool, kept open until closed."""
+    params = dict(connections.settings[DEFAULT_DB_ALIAS])
+    params["OPTIONS"] = {k: v for k, v in params["OPTIONS"].items() if k != "pool"}
+    params["CONN_MAX_AGE"] = None
+    return load_backend(params["ENGINE"]).DatabaseWrapper(params, alias)
+
+
+def _answers_outside_the_pool() -> None:
+    """Raises one of DATABASE_FAULTS while the database does not answer. Asked through a
+    pool that has given up reconnecting, a caller waits the pool's whole timeout (30 s)
+    even once the database is back: longer than a lease, and the run, waiting to take
+    itself back, was taken over "after a crash" instead (CI: a database restart)."""
+    probe = _unpooled("reconnect-probe")
+    try:
+        with probe.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    finally:
+        probe.close()
 
 
 def pooled() -> bool:
@@ -99,9 +137,9 @@ class ReleasingStore:
         with self._released():
             return self._inner.load(run_id)
 
-    def claim(self, run_id, owner, lease_seconds, now):
+    def claim(self, run_id, owner, lease_seconds, now, *, codes=None):
         with self._released():
-            return self._inner.claim(run_id, owner, lease_seconds, now)
+            return self._inner.claim(run_id, owner, lease_seconds, now, codes=codes)
 
     def commit(self, run_id, epoch, commit):
         with self._released():
@@ -119,9 +157,9 @@ class ReleasingStore:
         with self._released():
             return self._inner.live_leases(owner_prefix, now)
 
-    def due_runs(self, now, limit=100, *, exclude=()):
+    def due_runs(self, now, limit=100, *, exclude=(), codes=None):
         with self._released():
-            return self._inner.due_runs(now, limit, exclude=exclude)
+            return self._inner.due_runs(now, limit, exclude=exclude, codes=codes)
 
     def history(self, run_id, query=None):
         with self._released():
@@ -143,6 +181,8 @@ def wait_for_database(error: BaseException, stop: threading.Event) -> bool:
     while not stop.is_set():
         try:
             connection.close()  # the broken one: back to the pool, which drops it
+            if pooled():
+                _answers_outside_the_pool()
             _drop_dead_pooled_connections()
             with connection.cursor() as cursor:
                 cursor.execute("SELECT 1")

@@ -1,25 +1,25 @@
-"""The django-q2 task that executes runs, and the worker process's shutdown hand-off.
+"""A worker process: run slots that claim due runs, each run in a thread, and the
+shutdown hand-off.
 
-Deploys signal workers in two ways: SIGTERM to qcluster's main
-process only (our qcluster forwards SIGUSR1 to the workers), or SIGTERM to the
-whole process group (each worker gets it directly). Either way the worker's
-handler sets STOP; every run the process holds stops at its next effect
-boundary, hands itself back (queued, lease released at once) and only then does
-a worker that got SIGTERM die, as it would have without us.
-
-Many runs per process. Agents mostly wait on I/O (model calls, HTTP), so a
-worker process holds up to RUNS_PER_WORKER runs at once, each in a thread (the
-engine is synchronous): the task of one run turns the process into a host of
-run slots (RunSlots) that claims due runs, oldest first, while it has free
-slots. Time slices still rotate runs when there are more runs than slots: a
-run that used up its slice is released and waits behind the runs that waited
+Many runs per process. Agents mostly wait on I/O (model calls, HTTP), so a worker
+process holds up to RUNS_PER_WORKER runs at once, each in a thread (the engine is
+synchronous). Its free slots poll the due runs (`Store.due_runs`: the claim rule and
+the worker's agent code, runs/worker/fleet.py; the longest unchanged first) every
+CLAIM_POLL_SECONDS and claim them: a launch only commits its run, and whichever free
+slot polls next takes it. Time slices rotate runs when there are more runs than
+slots: a run that used up its slice is released and waits behind the runs that waited
 longer. What the threads share:
-  * database connections: a small pool per process, held only while a run
-    talks to the database (runs/worker/db.py), so 1,000 runs need ~20 connections;
-  * lease renewal: one keeper thread per process (runs/worker/leases.py), fenced
-    per run as before.
-The price: a SIGKILL (or OOM) of the process crashes every run it holds at
-once, and each of them counts it towards its crash-loop guard.
+  * database connections: a small pool per process, held only while a run talks to
+    the database (runs/worker/db.py), so 1,000 runs need ~20 connections;
+  * lease renewal: one keeper thread per process (runs/worker/leases.py), fenced per
+    run as before.
+The price: a SIGKILL (or OOM) of the process crashes every run it holds at once, and
+each of them counts it towards its crash-loop guard.
+
+SIGTERM or SIGINT (a deploy, its main stopping, or its main's death: the kernel's
+death signal, runs/worker/lifelines.py) sets STOP: every held run stops at its next
+effect boundary and hands itself back (queued, lease released at once), for a free
+slot of another worker to take at its next poll; then the process ends.
 """
 
 from __future__ import annotations
@@ -34,31 +34,22 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
-from django.utils import timezone
 
-from runs.durable import Outcome, WorkerConfig, claimable, execute_run
+from runs.db_faults import DATABASE_FAULTS
+from runs.durable import Outcome, WorkerConfig, clock, execute_run
 from runs.durable.errors import RunNotFoundError
-from runs.live.notify import notify_run
-from runs.models import Run
 from runs.storage import database_store
+from runs.wakeups import notify_run
+from runs.worker import fleet
 from runs.worker.config import worker_config
-from runs.worker.db import (
-    DATABASE_FAULTS,
-    ReleasingStore,
-    release_connection,
-    use_pool_in_this_process,
-    wait_for_database,
-)
+from runs.worker.db import ReleasingStore, use_pool_in_this_process, wait_for_database
 from runs.worker.leases import keeper
 
 logger = logging.getLogger("agentops.worker")
 
-TASK = "runs.worker.execute.execute_run_task"
 STOP = threading.Event()       # hand every held run back at its next boundary
-_state = {"active": False, "terminate": False}
-CLAIM_POLL_SECONDS = 0.2       # how soon a free slot looks for a due run
 WAITING_AFTER_SECONDS = 0.5    # a due run unclaimed this long is waiting for a slot
+STOP_CHECK_SECONDS = 0.05      # how soon an idle worker notices a stop signal
 M_ARENA_MAX = -8               # mallopt parameter, from glibc's malloc.h
 
 
@@ -66,152 +57,81 @@ def store() -> ReleasingStore:
     return ReleasingStore(database_store(notify=notify_run))
 
 
-def execute_run_task(run_id: str) -> str:
-    if STOP.is_set():
-        # This process is draining (its cluster may have pulled this task a moment
-        # before it stopped pulling): pass the run on to a live cluster.
-        try:
-            _pass_to_live_cluster(run_id)
-        finally:
-            release_connection()
-        return "draining"
-    close_old_connections()
-    _state["active"] = True
-    try:
-        slots = settings.AGENTOPS["RUNS_PER_WORKER"]
-        if slots > 1:
-            return RunSlots(slots).run(run_id)
-        return _execute_one(run_id)
-    finally:
-        release_connection()
-        _state["active"] = False
-        # Even when the hand-off failed (the database may be gone too), a worker told to
-        # terminate must not outlive its cluster waiting on a queue nobody feeds.
-        if _state["terminate"]:
-            _die_by_sigterm()
+def work() -> None:
+    """A worker process's life, after its fork (its stop signals already handled:
+    install_signal_handlers): claim and run due runs until STOP, then wait for the held
+    runs to hand themselves back."""
+    use_pool_in_this_process()
+    _limit_malloc_arenas()
+    RunSlots(settings.AGENTOPS["RUNS_PER_WORKER"]).serve()
 
 
 def _execute(run_id: str, config: WorkerConfig) -> str:
     """One slice of a run. A run whose store call failed (a terminated connection, a
     database restart) waits for the database and takes itself back, instead of
     waiting for its lease to run out (runs/worker/db.py)."""
-    outcome = execute_run(store(), run_id, config, stop_event=STOP, leases=keeper,
-                          reconnect=functools.partial(wait_for_database, stop=STOP))
-    if outcome == Outcome.WAITING:
-        _chat_after_wait(run_id)
-    return outcome
-
-
-def _chat_after_wait(run_id: str) -> None:
-    """A chat message sent while the run was busy answers the wait it just began
-    (runs/chat/services.py: both sides deliver after their own write)."""
-    from runs.chat.services import deliver_queued
-
-    try:
-        deliver_queued(run_id)
-    except DATABASE_FAULTS:  # the sender's side, or the next wait, delivers it
-        logger.warning("run %s: queued chat messages not delivered now", run_id, exc_info=True)
-
-
-def _execute_one(run_id: str) -> str:
-    """One slice of one run, alone in this process."""
-    outcome = _execute(run_id, worker_config())
-    if outcome == Outcome.YIELDED:
-        enqueue_run(run_id)
-    elif outcome == Outcome.HANDED_OFF:
-        _handed_off(run_id)
-    return outcome
-
-
-def _handed_off(run_id: str) -> None:
-    _pass_to_live_cluster(run_id)
-    logger.info("run %s handed off on shutdown", run_id, extra={"run_id": run_id})
-
-
-def _pass_to_live_cluster(run_id: str) -> None:
-    """If the run is due, a task for it at once, for a live cluster's worker to take
-    at its next poll of the broker. enqueued_at is cleared, so a live cluster's sweep
-    sends another should this one reach a draining worker (which passes it on again)
-    or be lost with its cluster; two tasks are harmless, the claim decides. Leaving
-    the run to the sweep alone took up to 1.3 s after a SIGTERM (bench/recovery.py)."""
-    try:
-        due = claimable.holds(store().get(run_id), time.time())
-    except RunNotFoundError:
-        return  # deleted meanwhile: nothing to pass on
-    if due and Run.objects.filter(pk=run_id).update(enqueued_at=None):
-        _send_task(run_id)
+    return execute_run(store(), run_id, config, stop_event=STOP, leases=keeper,
+                       reconnect=functools.partial(wait_for_database, stop=STOP))
 
 
 class RunSlots:
     """Up to `slots` runs of this process at once, each in a thread.
 
-    The task's own run takes the first slot; free slots claim due runs, oldest
-    first. Slices: a run claimed while other due runs wait for a slot gets the
-    usual TIME_SLICE, so waiting runs take turns; a run claimed when nobody
-    waits gets UNCONTENDED_SLICE_SECONDS (rotating it would cost a release, a
-    claim and a load, for nobody), cut back to TIME_SLICE as soon as runs wait
-    while every slot is taken. The task stops taking runs after
-    WORKER_TASK_SECONDS (well inside django-q2's task timeout) and on shutdown,
-    then waits for its runs: each ends its slice or, on shutdown, hands itself
-    back at its next boundary. A yielded run needs no broker task: the free
-    slots of every process claim due runs.
+    Free slots claim due runs, oldest first. Slices: a run claimed while other due
+    runs wait for a slot gets the usual TIME_SLICE, so waiting runs take turns; a run
+    claimed when nobody waits gets UNCONTENDED_SLICE_SECONDS (rotating it would cost a
+    release, a claim and a load, for nobody), cut back to TIME_SLICE as soon as runs
+    wait while every slot is taken.
     """
 
     def __init__(self, slots: int):
         self.slots = slots
         self.slice = settings.AGENTOPS["TIME_SLICE_SECONDS"]
         self.long_slice = settings.AGENTOPS["UNCONTENDED_SLICE_SECONDS"]
-        self.deadline = time.monotonic() + settings.AGENTOPS["WORKER_TASK_SECONDS"]
+        self.poll = settings.AGENTOPS["CLAIM_POLL_SECONDS"]
         self.crowded = True  # until the first look at the due runs
         self.configs: dict[str, WorkerConfig] = {}  # of each held run: its slice
 
-    def claiming(self) -> bool:
-        return not STOP.is_set() and time.monotonic() < self.deadline
-
-    def run(self, first_run_id: str) -> str:
-        outcome = Outcome.NOT_CLAIMED
+    def serve(self) -> None:
+        # The main thread never waits on STOP itself: the signal handler sets it, and an
+        # Event's lock taken by a handler that interrupted its own thread's wait deadlocks.
         with ThreadPoolExecutor(self.slots, thread_name_prefix="run") as pool:
-            running = {pool.submit(self._slot, first_run_id): first_run_id}
-            while running:
-                if self.claiming():
-                    free = self.slots - len(running)
-                    # One more than fits: is anyone left waiting for a slot? A run
-                    # released a moment ago is not: a free slot somewhere takes it.
-                    due = _due_runs(exclude=list(running.values()), limit=free + 1)
-                    self.crowded = len(due) > free and \
-                        _unchanged_for(due[free]) > WAITING_AFTER_SECONDS
-                    for run_id in due[:free]:
-                        running[pool.submit(self._slot, run_id)] = run_id
-                    if self.crowded:
-                        self._shorten_slices()
-                done, _ = wait(running, timeout=CLAIM_POLL_SECONDS, return_when=FIRST_COMPLETED)
+            running: dict = {}
+            while not STOP.is_set() or running:
+                if not STOP.is_set():
+                    self._claim(pool, running)
+                if not running:
+                    _nap(self.poll)
+                    continue
+                done, _ = wait(running, timeout=self.poll, return_when=FIRST_COMPLETED)
                 for future in done:
                     run_id = running.pop(future)
-                    try:
-                        result = future.result()
-                    except Exception:  # one run's failure must not take the others down
-                        logger.exception("run %s: worker thread failed", run_id,
-                                         extra={"run_id": run_id})
-                        continue
-                    if run_id == first_run_id:
-                        outcome = result
-        if not STOP.is_set():
-            self._pass_on()
-        return outcome
+                    if future.exception() is not None:  # one run's failure, not the others'
+                        logger.error("run %s: worker thread failed", run_id,
+                                     exc_info=future.exception(), extra={"run_id": run_id})
+
+    def _claim(self, pool: ThreadPoolExecutor, running: dict) -> None:
+        free = self.slots - len(running)
+        # One more than fits: is anyone left waiting for a slot? A run released a moment
+        # ago is not: a free slot somewhere takes it.
+        due = _due_runs(exclude=list(running.values()), limit=free + 1)
+        self.crowded = len(due) > free and _unchanged_for(due[free]) > WAITING_AFTER_SECONDS
+        for run_id in due[:free]:
+            running[pool.submit(self._slot, run_id)] = run_id
+        if self.crowded:
+            self._shorten_slices()
 
     def _slot(self, run_id: str) -> str:
-        slice_seconds = self.slice if self.crowded else \
-            max(self.slice, min(self.long_slice, self.deadline - time.monotonic()))
+        slice_seconds = self.slice if self.crowded else max(self.slice, self.long_slice)
         config = self.configs[run_id] = worker_config(slice_seconds)
         try:
             outcome = _execute(run_id, config)
-            if outcome == Outcome.YIELDED and not STOP.is_set():
-                # enqueued_at keeps the sweep from sending it a broker task unless it
-                # waits more than REQUEUE_STUCK_SECONDS for a slot.
-                Run.objects.filter(pk=run_id, lease_owner__isnull=True).update(
-                    enqueued_at=timezone.now())
-            elif outcome in (Outcome.HANDED_OFF, Outcome.YIELDED):
-                _handed_off(run_id)
+            if outcome == Outcome.HANDED_OFF:
+                logger.info("run %s handed off on shutdown", run_id, extra={"run_id": run_id})
+            elif outcome == Outcome.FENCED:  # cut off longer than its lease (a partition)
+                logger.warning("run %s: fenced off: another worker claimed it, and this "
+                               "worker's late writes were refused", run_id,
+                               extra={"run_id": run_id})
             return outcome
         finally:
             self.configs.pop(run_id, None)
@@ -223,20 +143,21 @@ class RunSlots:
         for config in list(self.configs.values()):
             config.slice_seconds = min(config.slice_seconds, self.slice)
 
-    def _pass_on(self) -> None:
-        """The task ends with runs still due: a task for the oldest, so a process
-        (this one, next) hosts runs again without waiting for the sweep."""
-        due = _due_runs(exclude=[], limit=1)
-        if due:
-            enqueue_run(due[0])
-            release_connection()
+
+def _nap(seconds: float) -> None:
+    """Sleep until the next poll, but not past a stop signal: an idle worker of a tree
+    that ends should not hold up the fresh one."""
+    deadline = time.monotonic() + seconds
+    while not STOP.is_set() and (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, STOP_CHECK_SECONDS))
 
 
 def _due_runs(exclude: list[str], limit: int) -> list[str]:
     """Due run ids (Store.due_runs), the longest unchanged first; none while the database
     is away (the held runs go on, and free slots look again at the next poll)."""
     try:
-        return store().due_runs(time.time(), limit, exclude=exclude)
+        return store().due_runs(clock.now(), limit, exclude=exclude,
+                                codes=fleet.worker_codes(polling=True))
     except DATABASE_FAULTS as exc:
         logger.warning("looking for due runs failed: %s", exc)
         store().close_thread_resources()  # the broken one (back to the pool, which drops it)
@@ -247,31 +168,9 @@ def _unchanged_for(run_id: str) -> float:
     """Seconds since the run last changed: how long a due run has waited for a slot
     (0 when it cannot be read: nobody is taken for waiting)."""
     try:
-        return time.time() - store().get(run_id).updated_at
+        return clock.now() - store().get(run_id).updated_at
     except (RunNotFoundError, *DATABASE_FAULTS):
         return 0.0
-
-
-def enqueue_run(run_id: str) -> None:
-    """Queue a task for the run once the current transaction commits."""
-    def send():
-        Run.objects.filter(pk=run_id).update(enqueued_at=timezone.now())
-        _send_task(run_id)
-
-    transaction.on_commit(send)
-
-
-def _send_task(run_id: str) -> None:
-    from django_q.tasks import async_task
-
-    async_task(TASK, run_id, task_name=f"run-{run_id}", group="runs")
-
-
-def configure_worker_process() -> None:
-    """Called in each worker process, after the fork (django-q2's post_spawn)."""
-    install_signal_handlers()
-    use_pool_in_this_process()
-    _limit_malloc_arenas()
 
 
 def _limit_malloc_arenas() -> None:
@@ -286,18 +185,17 @@ def _limit_malloc_arenas() -> None:
 
 
 def install_signal_handlers() -> None:
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGUSR1, _on_signal)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _on_stop_signal)
 
 
-def _on_signal(signum, frame) -> None:
+def _on_stop_signal(signum, frame) -> None:
+    if STOP.is_set():
+        return
     STOP.set()
-    if signum == signal.SIGTERM:
-        _state["terminate"] = True
-        if not _state["active"]:
-            _die_by_sigterm()
-
-
-def _die_by_sigterm() -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
+    # Held runs hand themselves back at their next effect boundary. One stuck in a slow
+    # tool call would keep this process (and the run's lease) alive: with the main gone
+    # (a death signal), nobody else would end it after the grace.
+    grace = threading.Timer(settings.AGENTOPS["SHUTDOWN_GRACE_SECONDS"], os._exit, (1,))
+    grace.daemon = True
+    grace.start()

@@ -1,6 +1,6 @@
-"""Worker heartbeats: qcluster's main process calls `record_heartbeat()` on every tick
-of its loop. The row lists every process of the tree under the main (its role,
-whether it is alive, its status and memory), and recently gone ones as dead. It is
+"""Worker heartbeats: a worker tree's main process calls `record_heartbeat()` on every
+tick of its loop (runs/worker/sweep.py). The row lists every process under the main
+(its role, whether it is alive, its status and memory), and recently gone ones as dead. It is
 written at most every HEARTBEAT_SECONDS, and at once when a process died, was
 stopped or appeared, so a dead process is listed as alive for at most one tick.
 The Workers page reads these rows, together with the leases of running runs (whose
@@ -19,10 +19,10 @@ from datetime import timedelta
 
 import psutil
 from django.conf import settings
-from django.utils import timezone
 
 from runs.models import WorkerHeartbeat
-from runs.worker.cluster import proctree, roles
+from runs.storage import clock
+from runs.worker import fleet, proctree, roles
 
 HEARTBEAT_SECONDS = 2.0
 FORGET_AFTER = timedelta(days=1)
@@ -30,8 +30,9 @@ GONE_SHOWN_SECONDS = 60.0   # how long a process that died stays listed, as dead
 _last = {"at": 0.0, "pid": 0, "shape": None, "gone": {}, "listed": []}
 
 
-def record_heartbeat(force: bool = False) -> bool:
-    """Upsert this process's row; return True when it wrote."""
+def record_heartbeat(force: bool = False, stopping: bool = False) -> bool:
+    """Upsert this process's row; return True when it wrote. `stopping`: the tree
+    takes no more work, so its agent code is no longer served (runs/worker/fleet.py)."""
     now = time.monotonic()
     pid = os.getpid()
     if _last["pid"] != pid:
@@ -42,17 +43,20 @@ def record_heartbeat(force: bool = False) -> bool:
         if entry["role"] == "?":
             entry["role"] = known.get(entry["pid"], "?")
     shape = {(p["pid"], p["status"]) for p in processes}
-    if not force and shape == _last["shape"] and now - _last["at"] < HEARTBEAT_SECONDS:
+    if not force and not stopping and shape == _last["shape"] and \
+            now - _last["at"] < HEARTBEAT_SECONDS:
         return False
     listed = processes + _gone(processes, now)
     _last.update(at=now, shape=shape)
-    seen = timezone.now()
+    seen = clock.now_dt()  # the database's clock: other hosts compare it with theirs
     host = socket.gethostname()
-    cluster = settings.Q_CLUSTER.get("name", "")
+    cluster = settings.AGENTOPS["CLUSTER_NAME"]
+    codes = fleet.own_codes()
     WorkerHeartbeat.objects.update_or_create(
-        host=host, pid=pid, defaults={"cluster": cluster, "last_seen": seen, "processes": listed},
+        host=host, pid=pid, defaults={"cluster": cluster, "last_seen": seen, "processes": listed,
+                                      "codes": codes, "stopping": stopping},
         create_defaults={"cluster": cluster, "started_at": seen, "last_seen": seen,
-                         "processes": listed})
+                         "processes": listed, "codes": codes, "stopping": stopping})
     _bury_dead_mains(host, pid)
     WorkerHeartbeat.objects.filter(last_seen__lt=seen - FORGET_AFTER).delete()
     return True

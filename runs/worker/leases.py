@@ -20,13 +20,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 
-from django.db import DatabaseError
-
+from runs.db_faults import DATABASE_FAULTS
+from runs.durable import clock
 from runs.durable.faults import faults
 from runs.storage import database_store
-from runs.worker.db import ReleasingStore
+from runs.worker.db import ReleasingStore, use_own_connection_in_this_thread
 
 logger = logging.getLogger("agentops.leases")
 
@@ -37,6 +36,7 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._pid = None
         self._make_store = make_store
+        self._stop = threading.Event()
 
     def hold(self, session) -> None:
         with self._lock:
@@ -49,9 +49,15 @@ class LeaseKeeper:
         with self._lock:
             self._sessions.pop(id(session), None)
 
+    def stop(self) -> None:
+        """End the keeper's thread (its connection closed) at its next tick."""
+        self._stop.set()
+
     def _loop(self) -> None:
+        use_own_connection_in_this_thread()
         store = self._make_store()
-        while True:
+        interval = 0.0
+        while not self._stop.wait(interval):
             interval = 1.0
             with self._lock:
                 sessions = list(self._sessions.values())
@@ -59,22 +65,26 @@ class LeaseKeeper:
                 interval = max(0.05, min(s.config.lease_seconds for s in sessions) / 4)
                 try:
                     self.renew_due(sessions, store)
-                except DatabaseError as exc:  # the database may be restarting: next tick
+                except DATABASE_FAULTS as exc:  # the database may be restarting: next tick
                     logger.warning("lease renewal failed: %s", exc)
-                    store.close_thread_resources()  # a broken connection is not reused
+                    # A connection of its own is kept open, so a broken one (an
+                    # OperationalError, or Django's InterfaceError for one already
+                    # closed) is dropped here, or every tick after would fail on it.
+                    store.close_thread_resources()
                 except Exception:  # noqa: BLE001 - every held run depends on this thread
                     logger.exception("lease keeper: unexpected error, going on")
-            time.sleep(interval)
+                    store.close_thread_resources()
+        store.close_thread_resources()
 
     def renew_due(self, sessions: list, store) -> int:
         """Renew the sessions whose lease ends within half a lease; return how many."""
         for session in sessions:  # crash tests kill the process here, as in LeaseRenewer
             faults.hit("lease_renewal", session.run.agent)
-        now = time.time()
+        now = clock.now()
         due = [s for s in sessions if s.lease.due_for_renewal(now, s.config.lease_seconds)]
         if not due:
             return 0
-        expires = time.time() + min(s.config.lease_seconds for s in due)
+        expires = clock.now() + min(s.config.lease_seconds for s in due)
         renewed = store.renew_leases([s.lease.held for s in due], expires)
         for session in due:
             if session.lease.held.run_id in renewed:

@@ -1,8 +1,8 @@
-"""Periodic jobs that ride on the recovery sweep's tick in every cluster's main process:
-launching the schedules that are due (runs/schedules/tick.py) and turning run events into
-webhook deliveries (runs/webhooks/dispatch.py). Each is safe with several clusters at
-once, and a failure of one is logged and tried again at the next tick without failing
-the sweep (whose heartbeat must go on)."""
+"""The features' periodic jobs (runs/hooks.py `side_jobs`: launching the schedules that
+are due, turning run events into webhook deliveries), on every tick of each worker
+tree's main process. Each is safe with several trees at once, and a failure of one is
+logged and tried again at the next tick without holding up the others (or the
+heartbeat, which must go on)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,16 @@ import logging
 
 from django.db import connection
 
+from runs.hooks import hooks
+
 logger = logging.getLogger("agentops.sweep")
 
 
 def tick() -> None:
-    from runs.schedules.tick import tick as launch_due_schedules
-    from runs.webhooks.dispatch import dispatch as dispatch_webhook_events
-
-    for job in (launch_due_schedules, dispatch_webhook_events):
+    for job in list(hooks.side_jobs):
         try:
             job()
-        except Exception:  # the database may be restarting: the next tick tries again
-            logger.exception("%s failed", job.__module__)
-            if connection.in_atomic_block is False:
+        except Exception:  # noqa: BLE001 - the database may be restarting: the next tick
+            logger.exception("%s.%s failed", job.__module__, job.__qualname__)
+            if not connection.in_atomic_block:
                 connection.close()

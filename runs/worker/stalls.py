@@ -10,7 +10,9 @@ attention or has ended never does. A run is stalled when (docs/stalls.md):
   (the holder died, froze, or lost the database): "lease holder host:pid gone";
 - it is running, its lease is renewed, but it has written nothing (no event, no
   checkpoint) for longer than its agent's `expected_cadence`: "no progress for";
-- it is queued and no worker claimed it for STALL_UNCLAIMED_SECONDS: "queued 80 s";
+- it is queued and no worker claimed it for STALL_UNCLAIMED_SECONDS: "queued 80 s"
+  (a run handed back for a worker of its own code says so and where the new code
+  diverges, docs/deploys.md);
 - its timer is due and no worker claimed it for STALL_UNCLAIMED_SECONDS: "timer due
   80 s ago" (no cluster left to sweep it, or none with a free slot).
 
@@ -29,11 +31,13 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from runs.deploys.words import version_wait
 from runs.durable import records as r
 from runs.durable import registry
 
 STALLABLE = (r.QUEUED, r.RUNNING)
-FIELDS = ("status", "agent", "lease_owner", "lease_expires_at", "updated_at", "wake_at")
+FIELDS = ("status", "agent", "lease_owner", "lease_expires_at", "updated_at", "wake_at",
+          "attention")
 
 LEASE_LOST = "lease_lost"   # a holder that stopped renewing, and nobody took over
 SILENT = "silent"           # held and renewed, but no progress for too long
@@ -91,9 +95,17 @@ def stall_of(run, now: datetime | None = None, within: Limits | None = None) -> 
         return None
     wait = within.unclaimed if row["status"] == r.QUEUED else within.lease_grace
     if moved < now - wait:
-        return Stall(UNCLAIMED, moved, f"{row['status']} {span(now - moved)}, "
-                                       "no worker claimed it")
+        return Stall(UNCLAIMED, moved, _unclaimed_why(row, f"{row['status']} {span(now - moved)}"))
     return None
+
+
+def _unclaimed_why(row: dict, how_long: str) -> str:
+    """Why nobody claims it: a run handed back for a worker of its own code says which
+    code and where the new one diverges (docs/deploys.md); any other, that none did."""
+    waits = version_wait(row["status"], row.get("attention"))
+    if waits:
+        return f"{waits.get('message', 'waiting for a worker of its code')} ({how_long})"
+    return f"{how_long}, no worker claimed it"
 
 
 def _timer_unclaimed(row: dict, now: datetime, within: Limits) -> Stall | None:
@@ -109,7 +121,7 @@ def _timer_unclaimed(row: dict, now: datetime, within: Limits) -> Stall | None:
         return None
     if due >= now - within.unclaimed:
         return None
-    return Stall(UNCLAIMED, due, f"timer due {span(now - due)} ago, no worker claimed it")
+    return Stall(UNCLAIMED, due, _unclaimed_why(row, f"timer due {span(now - due)} ago"))
 
 
 KINDS = (LEASE_LOST, SILENT, UNCLAIMED)

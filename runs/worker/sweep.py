@@ -1,77 +1,115 @@
-"""The recovery sweep: hand every run that should be running to a worker.
+"""The duties of a worker tree's main process, every AGENTOPS_SWEEP_INTERVAL seconds
+(runs/worker/tree.py), and once on demand (`manage.py runs sweep`):
 
-It runs in qcluster's main process every AGENTOPS_SWEEP_INTERVAL seconds (see
-runs/management/commands/qcluster.py) and on demand (`manage.py runs sweep`).
-Due runs are the store's (`Store.due_runs`, the claim rule of
-runs/durable/claimable.py), the longest unchanged first. A run's lease held by a process on this host that no longer
-exists is expired at once, so a SIGKILLed worker's run does not wait out its
-lease.
+* the heartbeat (runs/worker/heartbeat.py): the tree's processes and agent code;
+* the leases held by processes of this host that no longer exist expire at once, so a
+  SIGKILLed worker's runs do not wait out their lease;
+* the features' side jobs (runs/hooks.py: due schedules, webhook deliveries);
+* checkpoint retention (runs/storage/retention.py) every RETENTION_INTERVAL_SECONDS, in
+  a thread of its own: a long prune holds up neither the heartbeat nor a stop. The
+  first one comes at a random moment of the first interval, so that the trees of a
+  fleet do not all prune at once, and a tree restarted more often still prunes.
+
+Nothing here hands runs to workers: their free slots poll the due runs.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import socket
+import threading
 import time
-from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Q
-from django.utils import timezone
-from django_q.brokers import get_broker
+from django.db import close_old_connections, connection
 
-from runs.models import Run
+from runs.db_faults import DATABASE_FAULTS
+from runs.durable import clock
+from runs.storage.retention import prune
 from runs.worker import side_jobs
-from runs.worker.cluster.roles import is_alive
-from runs.worker.execute import enqueue_run, store
+from runs.worker.execute import store
+from runs.worker.heartbeat import record_heartbeat
+from runs.worker.roles import is_alive
 
 logger = logging.getLogger("agentops.sweep")
 
 
-def sweep(limit: int = 500, tasks_lost: bool = False) -> int:
-    """Enqueue due runs; return how many were enqueued.
+class Duties:
+    def __init__(self):
+        self.prune_every = settings.AGENTOPS["RETENTION_INTERVAL_SECONDS"]
+        self.next_prune = time.monotonic() + random.uniform(0, self.prune_every)
+        self.pruning: threading.Thread | None = None
 
-    A run whose task was enqueued but not taken may have its task stuck in the
-    local queue of a cluster whose worker is frozen or dead; the task is then
-    re-enqueued (duplicates are harmless: the claim decides). When the broker
-    has a backlog, an unclaimed run is simply waiting its turn, so re-enqueueing
-    is held back to the slow REQUEUE_AFTER_SECONDS. `tasks_lost`: this host's
-    cluster has just thrown its local queues away (a new generation, a new
-    cluster, a new qcluster: runs/worker/cluster/), with whatever tasks they held, so
-    every due run gets a task now rather than after REQUEUE_STUCK_SECONDS.
-    The `limit` longest unchanged due runs are looked at; those among them with a
-    recent task wait their turn, and the newer ones get theirs as these are claimed.
-    """
-    if settings.AGENTOPS["DETECT_DEAD_LOCAL_WORKERS"]:
-        expire_dead_local_leases()
-    now = timezone.now()
-    conf = settings.AGENTOPS
-    backlog = get_broker().queue_size()
-    wait = conf["REQUEUE_STUCK_SECONDS"] if backlog < settings.Q_CLUSTER["workers"] else \
-        conf["REQUEUE_AFTER_SECONDS"]
-    if tasks_lost:
-        wait = 0
-    stale = now - timedelta(seconds=wait)
-    not_enqueued = Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=stale)
-    due = store().due_runs(time.time(), limit)
-    # enqueued_at is the runtime's own record of the tasks it sent, not the store's:
-    # of the due runs, those without a task sent since `stale`.
-    waiting = set(Run.objects.filter(not_enqueued, pk__in=due).values_list("id", flat=True))
-    enqueued = 0
-    for run_id in (run_id for run_id in due if run_id in waiting):
-        # Several clusters sweep at once: the conditional update elects one.
-        if Run.objects.filter(not_enqueued, pk=run_id).update(enqueued_at=now) == 1:
-            enqueue_run(run_id)
-            enqueued += 1
-    side_jobs.tick()  # schedules due, webhook events to deliver (runs/worker/side_jobs.py)
-    return enqueued
+    def tick(self) -> None:
+        """One round; a database fault ends it (the next tick tries again on a fresh
+        connection), any other error is logged and the next duty goes on."""
+        close_old_connections()
+        for duty in (record_heartbeat, expire_dead_local_leases, side_jobs.tick,
+                     self.retention):
+            if not _survived(duty):
+                return
+
+    def stopping(self) -> None:
+        """The tree takes no more work: its agent code is served no more, so a live tree
+        of other code may take its runs over as they are handed back (runs/worker/fleet.py)."""
+        _survived(lambda: record_heartbeat(force=True, stopping=True))
+
+    def free_dead_leases(self) -> None:
+        """Before the workers start and after they ended: a lease a dead worker of this
+        host still holds (killed, not handed back) expires now, for a free slot to take
+        its run at once."""
+        _survived(expire_dead_local_leases)
+
+    def retention(self) -> None:
+        if time.monotonic() < self.next_prune or (self.pruning and self.pruning.is_alive()):
+            return
+        self.next_prune = time.monotonic() + self.prune_every
+        self.pruning = threading.Thread(target=_prune, name="retention", daemon=True)
+        self.pruning.start()
+
+
+def _survived(duty) -> bool:
+    try:
+        duty()
+        return True
+    except DATABASE_FAULTS as exc:  # the database may be restarting
+        logger.warning("%s failed: %s; trying again next tick", _name(duty), exc)
+        connection.close()
+        return False
+    except Exception:  # noqa: BLE001 - the main's loop (and so the tree) must go on
+        logger.exception("%s failed", _name(duty))
+        return True
+
+
+def _name(duty) -> str:
+    return getattr(duty, "__qualname__", repr(duty))
+
+
+def _prune() -> None:
+    try:
+        prune()
+    except Exception:  # noqa: BLE001 - the next interval tries again
+        logger.exception("checkpoint retention failed")
+    finally:
+        connection.close()  # this thread's own
+
+
+def sweep() -> int:
+    """The duties that need no tree, once: dead local workers' leases, then the side jobs.
+    Returns how many leases were expired."""
+    expired = expire_dead_local_leases()
+    side_jobs.tick()
+    return expired
 
 
 def expire_dead_local_leases() -> int:
     """Expire, through the store, the leases held by processes of this host that no
     longer exist; a run claimed again meanwhile keeps its new lease (renew_leases
     checks epoch and owner)."""
-    now, runs = time.time(), store()
+    if not settings.AGENTOPS["DETECT_DEAD_LOCAL_WORKERS"]:
+        return 0
+    now, runs = clock.now(), store()
     leases = runs.live_leases(f"{socket.gethostname()}:", now)
     dead = [lease for lease in leases if not is_alive(int(lease.owner.split(":")[1]))]
     expired = runs.renew_leases(dead, now) if dead else {}

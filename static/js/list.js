@@ -20,13 +20,15 @@
   function fmt(n) { return Number.isInteger(n) ? String(n) : String(Math.round(n * 100) / 100); }
 
   function watch() {
-    if (!live) return;
     const runs = {};
     const stalled = {};
     container.querySelectorAll("tr[data-run-id]").forEach((row) => {
+      // a row as the server rendered it (a row being refreshed keeps its own until it is)
+      if (!row.dataset.liveSeq) window.LiveSocket.drawnAt(row, row.dataset.seq);
       runs[row.dataset.runId] = parseInt(row.dataset.seq, 10) || 0;
       if (row.dataset.stalled) stalled[row.dataset.runId] = row.dataset.stalled;
     });
+    if (!live) return;
     const list = container.querySelector(".run-list");
     live.send({type: "watch", runs: runs, stalled: stalled,
                newest: (list && list.dataset.newest) || null});
@@ -52,8 +54,12 @@
       // The row as the source: htmx queues a request behind one in flight from the same
       // element and keeps only the last, so rows sharing document.body were dropped when
       // several runs ended at once.
+      // The row drawn anew is marked as the server rendered it (watch, on its swap).
       window.htmx.ajax("GET", container.dataset.rowsUrl + "?id=" + encodeURIComponent(summary.id),
-                       {source: row, target: "#run-list", swap: "none"});
+                       {source: row, target: "#run-list", swap: "none"})
+        .then(() => window.LiveSocket.applied(null));
+    } else {
+      window.LiveSocket.applied(row, summary.seq);
     }
   }
 
@@ -84,7 +90,8 @@
     const onFirstPage = !list || list.dataset.page === "1";
     if (onFirstPage && window.htmx) {
       window.htmx.ajax("GET", window.location.pathname + window.location.search,
-                       {target: "#run-list", swap: "innerHTML"});
+                       {target: "#run-list", swap: "innerHTML"})
+        .then(() => window.LiveSocket.applied(null));
     } else {
       document.getElementById("new-runs").hidden = false;
     }
@@ -98,6 +105,7 @@
   });
   document.body.addEventListener("htmx:oobAfterSwap", () => watch());
 
+  watch();   // marks the rows as rendered; it tells the server once the socket is open
   live = new window.LiveSocket(container.dataset.wsPath, {
     onOpen() { watch(); },
     onMessage(message) {
@@ -105,6 +113,7 @@
       else if (message.type === "new_runs") newRuns();
       else if (message.type === "stalls") {
         Object.entries(message.runs).forEach(([runId, stall]) => setStall(runId, stall));
+        window.LiveSocket.applied(null);
       }
     },
   });

@@ -187,5 +187,33 @@
     }
   }
 
+  // The page's own signal that a live update has been applied (docs/operator-live.md, "The
+  // page's signal"), for browser tests and for support: `data-live-seq` on the element a
+  // page's script drives is the last event number whose changes are all drawn there (the
+  // run page, a row of the run list; the operator pages' server renders it on theirs), and
+  // <body data-live-applied> counts the live updates the page has applied (a message drawn,
+  // a partial fetched and swapped in). Written here only; the page scripts call these.
+  function countApplied() {
+    const body = document.body;
+    body.dataset.liveApplied = String((parseInt(body.dataset.liveApplied, 10) || 0) + 1);
+  }
+
+  // `element` shows everything up to event `seq` (never lowered: an answer that comes late
+  // is not drawn over a newer one).
+  LiveSocket.drawnAt = function (element, seq) {
+    const number = seq === null || seq === undefined ? NaN : Number(seq);
+    if (!element || !Number.isInteger(number)) return;
+    const drawn = parseInt(element.dataset.liveSeq, 10);
+    if (!(drawn >= number)) element.dataset.liveSeq = String(number);
+  };
+
+  // A live update was applied: to `element`, up to event `seq`, when given.
+  LiveSocket.applied = function (element, seq) {
+    LiveSocket.drawnAt(element, seq);
+    countApplied();
+  };
+
+  if (document.body && !document.body.dataset.liveApplied) document.body.dataset.liveApplied = "0";
+
   window.LiveSocket = LiveSocket;
 })();

@@ -11,12 +11,15 @@
  *       <tr data-live-run="ID" data-live-seq="SEQ">          a run shown, as drawn
  *
  * window.opsLive counts what happened (ticks of the fallback timer, polls made,
- * refreshes the socket caused) for the browser tests. */
+ * refreshes the socket caused, answers received, fetches deferred until the one out
+ * was answered) for the browser tests; <body data-live-applied> counts the answers drawn
+ * (the page's signal, static/js/live.js), and each partial carries the event number its
+ * runs were drawn at (data-live-seq). */
 (function () {
   "use strict";
   const root = document.querySelector("[data-ops-live]");
   if (!root || !window.htmx || !window.LiveSocket) return;
-  const state = {ticks: 0, polls: 0, refreshes: 0, live: false};
+  const state = {ticks: 0, polls: 0, refreshes: 0, answered: 0, deferred: 0, live: false};
   window.opsLive = state;
   const pollMs = Math.max(0.2, Number(root.dataset.opsPoll) || 3) * 1000;
   const everything = root.dataset.opsAll === "1";
@@ -31,15 +34,44 @@
     return runs;
   }
 
+  // One request per partial at a time: a change told while one is out is fetched once
+  // that one is drawn, from the partial as redrawn. Two at once went wrong: the second
+  // answer was swapped relative to the element the first one had replaced, outside the
+  // page, where none of its out-of-band targets are (htmx:oobErrorNoTarget, and the
+  // change it carried was lost). htmx's own one-request-per-element guard does not hold
+  // here: it is reset when htmx settles the swapped-in element, 20 ms after the swap, and
+  // a notice in between starts a request that the next one does not wait for.
+  const inFlight = new Map();   // a partial's id -> "" or how to fetch it again after
+
+  function fetchPartial(el, how) {
+    if (inFlight.has(el.id)) {
+      state.deferred += 1;
+      if (!inFlight.get(el.id) || how === "live") inFlight.set(el.id, how);
+      return;
+    }
+    inFlight.set(el.id, "");
+    if (how === "poll") state.polls += 1; else state.refreshes += 1;
+    const answered = () => {
+      state.answered += 1;
+      LiveSocket.applied(null);
+      const again = inFlight.get(el.id);
+      inFlight.delete(el.id);
+      const now = document.getElementById(el.id);
+      if (again && now) refreshOne(now, again);
+    };
+    htmx.ajax("GET", el.dataset.opsUrl, {source: el, target: el, swap: "outerHTML",
+                                        headers: {"X-Ops-Refresh": how}}).then(answered, answered);
+  }
+
+  function refreshOne(el, how) {
+    const hold = el.dataset.opsHold;
+    if (hold && document.querySelector(hold)) { pending = how; return; }
+    fetchPartial(el, how);
+  }
+
   function refresh(how) {
     pending = null;
-    document.querySelectorAll("[data-ops-refresh]").forEach((el) => {
-      const hold = el.dataset.opsHold;
-      if (hold && document.querySelector(hold)) { pending = how; return; }
-      if (how === "poll") state.polls += 1; else state.refreshes += 1;
-      htmx.ajax("GET", el.dataset.opsUrl, {source: el, target: el, swap: "outerHTML",
-                                          headers: {"X-Ops-Refresh": how}});
-    });
+    document.querySelectorAll("[data-ops-refresh]").forEach((el) => refreshOne(el, how));
   }
 
   // Once watching, refresh to catch up what changed while the socket was down, or, on

@@ -53,9 +53,7 @@
     return li;
   }
 
-  function atBottom() {
-    return scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 40;
-  }
+  const atBottom = () => scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 40;
 
   function appendLines(lines) {
     const follow = atBottom();
@@ -72,17 +70,12 @@
     }
   }
 
-  scroller.addEventListener("scroll", () => {
-    if (atBottom()) { unseen = 0; jump.hidden = true; }
-  });
+  scroller.addEventListener("scroll", () => { if (atBottom()) { unseen = 0; jump.hidden = true; } });
   jump.addEventListener("click", () => {
-    scroller.scrollTop = scroller.scrollHeight;
-    unseen = 0; jump.hidden = true;
+    scroller.scrollTop = scroller.scrollHeight; unseen = 0; jump.hidden = true;
   });
   const showAll = $("show-all-events");
-  showAll.addEventListener("change", () => {
-    log.classList.toggle("logs-only", !showAll.checked);
-  });
+  showAll.addEventListener("change", () => log.classList.toggle("logs-only", !showAll.checked));
 
   // --- status, progress, rate and ETA ---------------------------------------------------------
   function drawState() {   // badge and bar: a stalled run shows no stripe and no pulse
@@ -179,11 +172,19 @@
     return "≈ " + fmtDuration(left / shrinking) + (last.total > first.total ? " (total growing)" : "");
   }
 
+  // A new branch (a rollback, an edit, an upgrade) counts its own progress: the rate and
+  // ETA of the work it went back on say nothing of it, so they are cleared until it moves.
+  function newCount() {
+    samples.length = 0;
+    $("run-rate").textContent = "—";
+    $("run-eta").textContent = "—";
+  }
+
   function addSample(ev) {
     const sample = {at: Date.parse(ev.at) / 1000, done: Number(ev.data.done) || 0,
                     total: Number(ev.data.total) || 0};
     const prev = samples[samples.length - 1];
-    if (prev && sample.done < prev.done) samples.length = 0;   // rolled back: a new count
+    if (prev && sample.done < prev.done) newCount();
     samples.push(sample);
     if (samples.length > 120) samples.shift();
     drawProgress(sample.done, sample.total, ev.data.message);
@@ -225,7 +226,7 @@
     panelTimer = setTimeout(refreshPanels, wait);
   }
 
-  let panelsAsked = [];
+  let panelsAsked = [], refused = false;
 
   function refreshPanels() {
     panelTimer = null;
@@ -233,8 +234,9 @@
     const names = Array.from(dirty);
     dirty.clear();
     panelsAsked = names;
-    panelBusy = true;
+    panelBusy = true; refused = false;
     panelLast = Date.now();
+    const covering = lastSeq;   // the server draws the run as of this event, or later
     const query = names.map((n) => "p=" + encodeURIComponent(n)).join("&");
     // Its own source element: htmx queues a request behind one in flight from the same
     // element, keeps only the last one queued, and resolves the promise of a queued one at
@@ -242,16 +244,22 @@
     // while a checkpoint loaded, and the header kept a state the run had left.
     window.htmx.ajax("GET", page.dataset.panelsUrl + "?" + query,
                      {source: page, target: "#run-page", swap: "none"})
-      .catch(() => names.forEach((n) => dirty.add(n)))
-      .finally(() => { panelBusy = false; schedulePanels(); });
+      .catch(() => { refused = true; names.forEach((n) => dirty.add(n)); })
+      .finally(() => { panelBusy = false; schedulePanels(); settle(refused ? null : covering); });
+  }
+
+  // The page's signal (live.js): the events up to `seq` applied with every panel they made
+  // stale, or all of them when no panel is left to fetch.
+  function settle(seq) {
+    window.LiveSocket.applied(page, !dirty.size && !panelTimer && !panelBusy ? lastSeq : seq);
   }
 
   // A refresh the server did not answer (a 503 while the database is away) is asked for
   // again: htmx resolves the request's promise all the same.
   page.addEventListener("htmx:afterRequest", (event) => {
-    if (event.detail.elt === page && !event.detail.successful) {
-      panelsAsked.forEach((n) => dirty.add(n));
-    }
+    if (event.detail.elt !== page || event.detail.successful) return;
+    refused = true;
+    panelsAsked.forEach((n) => dirty.add(n));
   });
 
   // A live refresh of the question the form already asks leaves the form as the user has
@@ -307,8 +315,12 @@
       case "rollback": case "edit": case "upgrade":
         $("run-branch").textContent = data.branch;
         $("run-step").textContent = data.step;
-        samples.length = 0;
+        newCount();
         stale("stats", "timeline", "effects", "output", "actions", "conversation");
+        break;
+      case "version":   // moved to another code of its agent (docs/deploys.md)
+        if (data.to_version !== undefined) $("run-version").textContent = "v" + data.to_version;
+        stale("stats", "actions", "effects", "timeline");
         break;
       case "output": stale("output"); break;
       case "input_requested": case "input_received": stale("input", "actions", "conversation"); break;
@@ -328,11 +340,10 @@
       apply(ev);
       lastSeq = ev.seq;
     }
-    if (lines.length) {
-      appendLines(lines);
-      page.dataset.lastSeq = lastSeq;
-      $("run-seq").textContent = lastSeq;
-    }
+    if (!lines.length) return;
+    appendLines(lines);
+    page.dataset.lastSeq = $("run-seq").textContent = lastSeq;
+    settle();
   }
 
   // --- checkpoints on the timeline ----------------------------------------------------------------
@@ -386,11 +397,12 @@
 
   const since = $("run-stall-since");
   if (stall && since.dateTime) since.textContent = clock(since.dateTime);
+  window.LiveSocket.drawnAt(page, lastSeq);   // as the server rendered it
   live = new window.LiveSocket(page.dataset.wsPath, {
     onOpen(socket) { socket.send({type: "hello", after: lastSeq, stalled: stall ? stall.kind : null}); },
     onMessage(message, socket) {
       if (message.type === "events") onEvents(message.events, socket);
-      else if (message.type === "stall") setStall(message.stall);
+      else if (message.type === "stall") { setStall(message.stall); window.LiveSocket.applied(page); }
     },
   });
   if (stall) live.setNote("stalled");

@@ -27,14 +27,8 @@ from sandbox.openai_wire import parse_request
 from sandbox.scripted_llm import complete, stream_chunks, tokens
 from tests import adapter_agents as agents
 from tests.adapter_agents import scripted
-from tests.adapters.test_adapters import (
-    INPUTS,
-    Clock,
-    Records,
-    crash_at,
-    plain_answer,
-    run_to_end,
-)
+from tests.adapters.conftest import Clock, Records
+from tests.adapters.test_adapters import INPUTS, crash_at, plain_answer, run_to_end
 from tests.durable.agents_for_tests import SimulatedCrash
 
 pytest.importorskip("pydantic_ai")
@@ -202,11 +196,16 @@ def test_a_live_model_request_streams_its_text_to_the_run_as_the_model_writes_it
             {(answer.tool, answer.step_no, answer.seq)}
 
 
+# Fields of a logged model response that read the clock, so differ between two runs.
+CLOCK_READINGS = frozenset({"timestamp", "request_timestamp", "duration"})
+
+
 @pytest.mark.parametrize("name", list(BUILD))
 def test_the_logged_response_is_the_one_the_unstreamed_request_logs(name, world, monkeypatch):
     """The same run with the SDK's model unable to stream (the adapters then make the
     non-streamed request, as before streaming): the same results at the same positions,
-    byte for byte (Pydantic AI's `timestamp`, the clock at the response, aside)."""
+    byte for byte (the clock's readings aside: Pydantic AI's `timestamp` at the response,
+    and from 1.x on its `request_timestamp` and `duration`)."""
     from agents import OpenAIChatCompletionsModel
     from pydantic_ai.models import Model
     from pydantic_ai.models.openai import OpenAIChatModel
@@ -218,7 +217,7 @@ def test_the_logged_response_is_the_one_the_unstreamed_request_logs(name, world,
         run = control.launch(store, agent=name, inputs=INPUTS, registry=reg)
         assert run_to_end(store, reg, run.id, world, []).status == r.SUCCEEDED
         results = {(e.step_no, e.seq): json.dumps(
-            {k: v for k, v in e.result.items() if k != "timestamp"}, sort_keys=True)
+            {k: v for k, v in e.result.items() if k not in CLOCK_READINGS}, sort_keys=True)
             for e in model_effects(store, run.id)}
         return results, attempt_texts(store, run.id)
 

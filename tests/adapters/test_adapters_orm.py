@@ -8,7 +8,8 @@ from runs.durable import Outcome, WorkerConfig, control, execute_run
 from runs.models import Effect, Run
 from runs.storage.orm import OrmStore
 from tests import adapter_agents as agents
-from tests.adapters.test_adapters import BUILD, INPUTS, Records, plain_answer, registry
+from tests.adapters.conftest import Records
+from tests.adapters.test_adapters import BUILD, INPUTS, plain_answer, registry
 
 pytest.importorskip("pydantic_ai")
 pytest.importorskip("agents")

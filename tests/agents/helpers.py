@@ -26,10 +26,10 @@ def cluster_env(server, **extra) -> dict:
 # sweep, which sees its worker's process gone (AGENTOPS_DETECT_DEAD_LOCAL_WORKERS).
 # Time slices as long: a run that yielded at a slice's end could be claimed next by the
 # other run's process, between the moment a test reads the victim's holder and the kill.
-# And a long grace: each kill ends the cluster's generation, whose other worker hands the
-# uninterrupted run back at its next effect boundary (runs/worker/cluster/sentinel.py);
-# on a loaded machine that took longer than the default 20 s once, and the SIGKILL
-# after it made the uninterrupted run resume "after a crash" (CI saw both, PostgreSQL).
+# And a long grace: each kill ends the worker tree, whose other worker hands the
+# uninterrupted run back at its next effect boundary (runs/worker/tree.py); on a loaded
+# machine that took longer than the default 20 s once, and the SIGKILL after it made
+# the uninterrupted run resume "after a crash" (CI saw both, PostgreSQL).
 ONE_RUN_PER_WORKER = {"AGENTOPS_RUNS_PER_WORKER": 1, "AGENTOPS_LEASE_SECONDS": 30,
                       **LONG_SLICES, "AGENTOPS_SHUTDOWN_GRACE": 120}
 

@@ -14,7 +14,7 @@ import threading
 import httpx
 import pytest
 
-from builtin_agents.agents import Migrate
+from builtin_agents.migrate import Migrate
 from builtin_agents.tools import http
 from runs.durable import AgentRegistry, Outcome, WorkerConfig, control, execute_run
 from runs.operator import selectors

@@ -3,10 +3,11 @@
 A worker dies after some steps of a built-in agent have made their calls but
 before they were checkpointed; a new worker resumes the run by replaying those
 steps. With the same code the replay matches the log and the run finishes with
-the output of an uninterrupted run. With changed code and the same version, the
-replay asks for different calls: the engine stops the run with a
-non-determinism error instead of carrying on. With a new version, it stops the
-run before replaying anything ("code changed: 1 → 2").
+the output of an uninterrupted run. With changed code (the same declared version:
+its fingerprint tells the change), the new worker replays the run's history before
+it runs anything: the changed calls diverge, so the run is handed back for a
+worker of its own code, saying where. A new version that makes the same calls
+replays cleanly, and the run moves to it where it stands (docs/deploys.md).
 """
 
 import re
@@ -14,7 +15,9 @@ import time
 
 import pytest
 
-from builtin_agents.agents import Assistant, Crawl, Migrate
+from builtin_agents.assistant import Assistant
+from builtin_agents.crawl import Crawl
+from builtin_agents.migrate import Migrate
 from builtin_agents.tools import research
 from runs.durable import AgentRegistry, Outcome, WorkerConfig, control, execute_run
 from runs.durable.faults import faults
@@ -150,21 +153,26 @@ def test_changed_code_with_the_same_version_is_caught_by_replay(name, inproc_san
     assert changed.version == original.version
     store = MemoryStore()
     run_id = run_until_crash(store, registry(original), name, inproc_sandbox, clock)
-    assert finish(store, run_id, registry(changed)) == Outcome.NEEDS_ATTENTION
+    assert finish(store, run_id, registry(changed)) == Outcome.VERSION_WAIT
     run = store.get(run_id)
     attention = run.attention
-    assert attention["kind"] == "non_determinism", attention
-    assert "non-deterministic replay" in attention["message"]
-    recorded, attempted = attention["recorded"], attention["attempted"]
+    assert attention["kind"] == "version", attention
+    assert attention["message"].startswith(
+        f"waiting for a worker with version {original.version}: diverges at step ")
+    recorded, attempted = attention["divergence"]["recorded"], attention["divergence"]["attempted"]
     assert recorded["digest"] != attempted["digest"]
     assert attempted["tool"] == recorded["tool"]  # the same tool, called differently
     assert run.output is None
+    # the run's own code finishes it, as if nothing had happened
+    assert finish(store, run_id, registry(original)) == Outcome.SUCCEEDED
 
 
-def test_a_new_version_is_not_resumed_silently(inproc_sandbox, clock):
+def test_a_new_version_that_makes_the_same_calls_takes_the_run_over(inproc_sandbox, clock):
     store = MemoryStore()
     run_id = run_until_crash(store, registry(Crawl), "crawl", inproc_sandbox, clock)
-    assert finish(store, run_id, registry(CrawlV2)) == Outcome.NEEDS_ATTENTION
-    attention = store.get(run_id).attention
-    assert attention["kind"] == "version_drift"
-    assert attention["message"] == f"code changed: {Crawl.version} → {CrawlV2.version}"
+    assert finish(store, run_id, registry(CrawlV2)) == Outcome.SUCCEEDED
+    run = store.get(run_id)
+    assert (run.agent_version, run.branch) == (CrawlV2.version, 1)
+    [moved] = [data for _, kind, data in store.events_after(run_id) if kind == "version"]
+    assert (moved["from_version"], moved["to_version"], moved["how"]) == (
+        Crawl.version, CrawlV2.version, "replay")

@@ -1,4 +1,4 @@
-"""agentops.client against a real Daphne (and a real qcluster for the runs to move):
+"""agentops.client against a real Daphne (and a real worker tree for the runs to move):
 one Idempotency-Key launches one run, and follow() sees every event exactly once
 across a Daphne restart."""
 

@@ -10,7 +10,7 @@ from django.test import Client
 
 from runs import services
 from runs.budgets import ledger
-from runs.durable.gates import money
+from runs.durable.policies.budget import money
 from runs.models import Effect, Run
 from tests.agents.helpers import ONE_RUN_PER_WORKER, cluster_env, kill_holder, wait_final
 from tests.budgets.test_browser_budgets import assistant_inputs

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from runs.budgets.book import OrmApprovalBook
 from runs.budgets.models import Approval
-from runs.durable import approvals as a
+from runs.durable.policies import approvals as a
 from runs.models import AuditEntry, RunEvent
 from runs.storage import database_store
 from runs.storage.orm import OrmStore

@@ -23,13 +23,18 @@ POINTS = {
     "point_lease_renewal": ("lease_renewal", ["kill"]),
     "point_before_release": ("before_release", ["kill"]),
 }
-PROCESS = ["worker_sigkill", "workers_all_sigkill", "sentinel_sigkill", "cluster_children_sigkill",
-           "cluster_sigkill", "cluster_sigterm", "worker_sigstop"]
+# The processes of a worker tree (runs/worker/tree.py): its main and its workers. Each
+# cluster runs under a restart loop (tests/support/processes.py), as under systemd: a
+# damaged tree ends and a fresh one starts.
+PROCESS = ["worker_sigkill", "workers_all_sigkill", "main_sigkill", "tree_sigkill",
+           "tree_sigterm", "worker_sigstop", "main_sigstop", "tree_sigstop"]
 SERVICES_PG = ["pg_restart", "pg_terminate"]
 SERVICES = ["redis_restart", "daphne_restart", "sandbox_outage"]
 # Longer than the few seconds the built-in tools once retried for: an outage the runs
 # must outlast by waiting (a durable timer), not fail for.
 SANDBOX_OUTAGE_SECONDS = (6.0, 15.0)
+# A process its tree kills for being stopped is thawed this long after (if still there).
+FROZEN_FOR_GOOD = 30.0
 
 
 def available(*, postgres: bool, redis: bool) -> list[str]:
@@ -106,50 +111,37 @@ class Injector:
         return cluster, runs
 
     def workers_all_sigkill(self) -> Fault:
-        """Every worker of one cluster at once: its sentinel must not be left feeding a
-        task queue that a killed worker died holding the lock of."""
+        """Every worker of one tree at once: its main ends the tree, a fresh one starts."""
         cluster, runs = self._victim_cluster()
-        pids = cluster.worker_pids()
+        pids = cluster.tree_workers()
         fault = self._struck("workers_all_sigkill", runs, f"pids {pids}")
         for pid in pids:
             _kill(pid, signal.SIGKILL)
         return fault
 
-    def sentinel_sigkill(self) -> Fault:
-        """The sentinel alone: its workers, monitor and pusher are orphans then, and the
-        main process has nothing under it."""
+    def main_sigkill(self) -> Fault:
+        """The main alone: the kernel tells its workers (they hand their runs back and
+        end), and the restart loop starts a fresh tree."""
         cluster, runs = self._victim_cluster()
-        sentinel = _sentinel_pid(cluster)
-        fault = self._struck("sentinel_sigkill", runs, f"pid {sentinel}")
-        if sentinel is not None:
-            _kill(sentinel, signal.SIGKILL)
+        fault = self._struck("main_sigkill", runs, f"pid {cluster.pid}")
+        _kill(cluster.pid, signal.SIGKILL)
         return fault
 
-    def cluster_children_sigkill(self) -> Fault:
-        """Everything under the main process (sentinel, monitor, pusher, workers) at once:
-        the main stays, and must not stay alive with nothing under it."""
+    def tree_sigkill(self) -> Fault:
+        """Every process of a tree at once (its process group): nobody hands anything
+        back; the fresh tree's main expires the dead workers' leases."""
         cluster, runs = self._victim_cluster()
-        pids = [pid for pid in cluster.all_pids() if pid != cluster.pid]
-        fault = self._struck("cluster_children_sigkill", runs, f"pids {pids}")
-        for pid in pids:
-            _kill(pid, signal.SIGKILL)
-        return fault
-
-    def cluster_sigkill(self) -> Fault:
-        cluster, runs = self._victim_cluster()
-        fault = self._struck("cluster_sigkill", runs, f"cluster pid {cluster.pid}")
+        fault = self._struck("tree_sigkill", runs, f"tree of main {cluster.pid}")
         cluster.signal_group(signal.SIGKILL)
-        self.stack.retire(cluster)
-        self.stack.start_cluster()  # the host comes back
         return fault
 
-    def cluster_sigterm(self) -> Fault:
-        """A deploy: the new cluster starts, then the old one gets SIGTERM, either on its
-        main process (our qcluster forwards it) or on its whole group (most supervisors)."""
+    def tree_sigterm(self) -> Fault:
+        """A deploy: the new tree starts, then the old one gets SIGTERM, either on its
+        main process (which passes it on) or on its whole group (most supervisors)."""
         self.stack.start_cluster()
         cluster, runs = self._victim_cluster_excluding(self.stack.clusters[-1])
         how = self.rng.choice(["main", "group"])
-        fault = self._struck("cluster_sigterm", runs, f"cluster pid {cluster.pid}, {how}")
+        fault = self._struck("tree_sigterm", runs, f"cluster pid {cluster.pid}, {how}")
         (cluster.signal if how == "main" else cluster.signal_group)(signal.SIGTERM)
         self.stack.retire(cluster)
         self.terminating.append((time.monotonic(), cluster, how))
@@ -166,16 +158,41 @@ class Injector:
         return cluster, [r for pid in cluster.worker_pids() for r in held.get(pid, [])]
 
     def worker_sigstop(self) -> Fault | None:
-        """A zombie: frozen past its lease, then thawed while another worker has its run."""
+        """A worker frozen (SIGSTOP): its main sees it stopped past AGENTOPS_STOPPED_SECONDS,
+        kills it and ends the tree; a fresh one takes the runs."""
         pid, runs = self._victim_worker()
         if pid is None:
             return None
-        freeze = self.h.profile.lease_seconds + self.rng.uniform(1.0, 3.0)
         if not freeze_without_the_write_lock(lambda: _kill(pid, signal.SIGSTOP),
                                              lambda: _kill(pid, signal.SIGCONT)):
             return None
-        fault = self._struck("worker_sigstop", runs, f"pid {pid}, {freeze:.1f} s")
-        self.stopped.append((time.monotonic() + freeze, pid))
+        fault = self._struck("worker_sigstop", runs, f"pid {pid}")
+        self.stopped.append((time.monotonic() + FROZEN_FOR_GOOD, pid))
+        return fault
+
+    def main_sigstop(self) -> Fault | None:
+        """A main frozen: its workers see it stopped, kill it, hand their runs back."""
+        cluster, runs = self._victim_cluster()
+        main = cluster.pid
+        if not freeze_without_the_write_lock(lambda: _kill(main, signal.SIGSTOP),
+                                             lambda: _kill(main, signal.SIGCONT)):
+            return None
+        fault = self._struck("main_sigstop", runs, f"pid {main}")
+        self.stopped.append((time.monotonic() + FROZEN_FOR_GOOD, main))
+        return fault
+
+    def tree_sigstop(self) -> Fault | None:
+        """Zombies: a whole tree frozen past its lease (nobody in it can notice), then
+        thawed while another tree has its runs: its workers' writes are fenced."""
+        cluster, runs = self._victim_cluster()
+        pids = [cluster.pid, *cluster.tree_workers()]
+        freeze = self.h.profile.lease_seconds + self.rng.uniform(1.0, 3.0)
+        if not freeze_without_the_write_lock(lambda: _kill_all(pids, signal.SIGSTOP),
+                                             lambda: _kill_all(pids, signal.SIGCONT)):
+            return None
+        fault = self._struck("tree_sigstop", runs,
+                             " ".join(f"pid {pid}, {freeze:.1f} s;" for pid in pids))
+        self.stopped.extend((time.monotonic() + freeze, pid) for pid in pids)
         return fault
 
     def hung_deploys(self, limit: float = 30.0) -> list[str]:
@@ -285,18 +302,16 @@ class Injector:
         return fault
 
 
-def _sentinel_pid(cluster) -> int | None:
-    """The cluster's live sentinel (each process writes its role file: runs/worker/cluster/roles.py;
-    the main's children may also be a replaced sentinel's workers, handing off)."""
-    alive = cluster.role_pids("sentinel")
-    return alive[0] if alive else None
-
-
 def _kill(pid: int, sig) -> None:
     try:
         os.kill(pid, sig)
     except ProcessLookupError:
         pass
+
+
+def _kill_all(pids: list[int], sig) -> None:
+    for pid in pids:
+        _kill(pid, sig)
 
 
 def _epochs(run_ids) -> dict[str, int]:

@@ -2,7 +2,7 @@
 
     set up   the chaos database, the sandbox, a fault-free reference run of every
              configuration (in this process, before any worker exists), then Daphne,
-             two or more qcluster clusters and the websocket followers;
+             two or more worker trees and the websocket followers;
     storm    launches runs and injects faults at random times from the seed, while
              the operator races them and users answer questions;
     drain    disarms what is left, thaws frozen workers, resumes paused runs and lets

@@ -151,8 +151,8 @@ class Operator:
             return True  # gone
         now = time.time()
         for fault in self.harness.result.faults:  # a thaw the operator did not see happen
-            frozen = re.match(rf"pid {pid}, ([0-9.]+) s", fault.detail)
-            if fault.kind == "worker_sigstop" and frozen:
+            frozen = re.search(rf"\bpid {pid}, ([0-9.]+) s", fault.detail)
+            if fault.kind == "tree_sigstop" and frozen:
                 thawed = fault.at + float(frozen.group(1))
                 self.frozen_at[pid] = max(self.frozen_at.get(pid, 0.0), min(now, thawed))
         if state in ("T", "t"):

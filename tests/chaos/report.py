@@ -7,8 +7,8 @@ from collections import Counter
 
 TARGETS = [
     # (label, kinds, p95 limit in seconds)
-    ("recovery after SIGKILL", ("worker_sigkill", "cluster_sigkill"), 10.0),
-    ("recovery after SIGTERM (deploy)", ("cluster_sigterm",), 2.0),
+    ("recovery after SIGKILL", ("worker_sigkill", "tree_sigkill"), 10.0),
+    ("recovery after SIGTERM (deploy)", ("tree_sigterm",), 2.0),
 ]
 
 

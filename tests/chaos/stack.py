@@ -1,6 +1,7 @@
 """The system under test, as real processes: agentops on its own database (PostgreSQL,
 or SQLite for the reduced profile), Redis, one Daphne for users and followers,
-several qcluster clusters (as on several hosts), and the sandbox target.
+several worker trees (as on several hosts, each under a restart loop), and the sandbox
+target.
 
 The sandbox is the outside world. It runs in its own Daphne on its own SQLite
 file, so the faults injected into agentops' infrastructure (PostgreSQL, Redis,
@@ -264,7 +265,9 @@ def _process_kind(pid: int | None) -> str:
         cmd = " ".join(psutil.Process(pid).cmdline()) if pid else ""
     except psutil.Error:
         return "gone"
-    for name in ("qcluster", "daphne", "tests.chaos"):
+    if cmd.startswith("agentops "):  # a worker tree's main or worker (runs/worker/roles.py)
+        return cmd.split()[1].split("-")[0]
+    for name in ("daphne", "tests.chaos"):
         if name in cmd:
             return {"tests.chaos": "harness"}.get(name, name)
     return "other" if cmd else "unknown"

@@ -1,4 +1,4 @@
-"""runs/worker/cluster/proctree.py: the kernel's lists of children give what psutil's
+"""runs/worker/proctree.py: the kernel's lists of children give what psutil's
 scan of the host gives."""
 
 import contextlib
@@ -9,7 +9,7 @@ import sys
 import psutil
 import pytest
 
-from runs.worker.cluster import proctree
+from runs.worker import proctree
 from tests.support.processes import wait_until
 
 # A child that starts a grandchild, then waits: a tree of two levels under this process.

@@ -4,7 +4,7 @@ from collections import Counter
 
 from django.db.models import Count
 
-from runs.models import Effect, Run, RunEvent
+from runs.models import Checkpoint, Effect, Run, RunEvent
 from sandbox.models import Notification, Record
 from tests.support.processes import wait_until
 
@@ -44,12 +44,30 @@ def wait_final(run_ids, timeout=120, resolve_in_doubt=True):
 
 
 def assert_consistent(run):
-    """Events contiguous from 1; no live effect on a dead branch; one record per unit."""
+    """Events contiguous from 1; no live effect off the run's lineage (its branch, and the
+    branches it was forked from up to each fork's step)."""
     seqs = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, len(seqs) + 1)), f"event gap or duplicate in {run.id}"
     assert seqs[-1] == run.event_seq
-    dead = Effect.objects.filter(run=run, superseded=False).exclude(branch=run.branch)
-    assert not dead.exists(), "a live effect on a dead branch"
+    live = Effect.objects.filter(run=run, superseded=False).exclude(branch=run.branch)
+    lineage = _lineage(run)
+    dead = [(e.branch, e.step_no, e.seq) for e in live
+            if e.branch not in lineage or e.step_no > lineage[e.branch]]
+    assert not dead, f"live effects on a dead branch: {dead}"
+
+
+def _lineage(run) -> dict[int, int]:
+    """branch -> the last step of it the run's live branch descends from."""
+    checkpoints = {c.number: c for c in Checkpoint.objects.filter(run=run)}
+    lineage, branch = {}, run.branch
+    while True:
+        first = min((c for c in checkpoints.values() if c.branch == branch),
+                    key=lambda c: c.number, default=None)
+        parent = checkpoints.get(first.parent_number) if first and first.parent_number else None
+        if parent is None or parent.branch in lineage or parent.branch == run.branch:
+            return lineage
+        lineage[parent.branch] = min(lineage.get(parent.branch, parent.step_no), parent.step_no)
+        branch = parent.branch
 
 
 def assert_outside_world_clean(run_ids):

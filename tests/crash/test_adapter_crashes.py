@@ -1,4 +1,4 @@
-"""SDK agents made durable, on real qcluster workers SIGKILLed at random instants (ten
+"""SDK agents made durable, on real worker trees SIGKILLed at random instants (ten
 kills per adapter): every run ends with the answer of the same agent run plainly by
 its SDK, no tool ran again once its result was logged (nor under another key), no
 logged model response was asked for again, and every note reached the records API

@@ -1,4 +1,4 @@
-"""Child runs on real qcluster processes (docs/children.md): a parent fans out to 20
+"""Child runs on real worker trees (docs/children.md): a parent fans out to 20
 children, 5 at a time, while its workers are SIGKILLed; and a cancel of a parent
 reaches its running children."""
 

@@ -1,5 +1,5 @@
 """The outside world goes away for minutes in the middle of `crawl`, `migrate` and
-`assistant` runs (real qcluster workers, the sandbox in its own Daphne, killed and
+`assistant` runs (real worker trees, the sandbox in its own Daphne, killed and
 started again). The runs wait it out on durable timers: no worker slot is held
 while they wait, every worker process is killed (SIGKILL) and replaced halfway
 through, and after the sandbox is back all three succeed with nothing reaching

@@ -1,4 +1,4 @@
-"""The issue's test, on real processes: 3 qcluster worker processes, 50 runs of two users
+"""The issue's test, on real processes: 3 worker processes, 50 runs of two users
 sharing one limit on the sandbox's model (the built-in LLM tool, limit "llm").
 
 The rule is the production one, "N requests per window", with the window scaled down so

@@ -1,6 +1,6 @@
 """A frozen worker's run shows as stalled, and stops showing so when it thaws.
 
-A real qcluster (one worker) and a real Daphne. The whole cluster is frozen with
+A real worker tree (one worker) and a real Daphne. The whole cluster is frozen with
 SIGSTOP (main, sentinel, monitor, pusher and worker: no sweep, no watchdog, nobody
 to take the run over), so the run's lease runs out and stays out. The run page
 served by Daphne, its websocket and `manage.py runs show` must then say `stalled`

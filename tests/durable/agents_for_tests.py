@@ -541,6 +541,25 @@ class BadReturn(Agent):
         return ["neither", "a", "state", "nor", "Done"]
 
 
+@agent("poller", registry=REG)
+class Poller(Agent):
+    """n steps that each call echo and change nothing in the state; the step `sleep_at`
+    (if any) waits 30 s after its call."""
+
+    def start(self, inputs):
+        return {"n": inputs["n"], "sleep_at": inputs.get("sleep_at")}
+
+    def step(self, ctx, state):
+        WORLD.seen.append(("step", ctx.step_no, ctx.is_replaying))
+        ctx.call(echo, f"poll {ctx.step_no}")
+        WORLD.crash_here("after_call", ctx.step_no)
+        if ctx.step_no == state["sleep_at"]:
+            ctx.sleep(30)
+        if ctx.step_no == state["n"]:
+            return Done({"polls": ctx.step_no})
+        return state
+
+
 @agent("big_state", registry=REG)
 class BigState(Agent):
     """A ~200 KB state of which one item changes per step: checkpoints become patches."""
@@ -558,3 +577,38 @@ class BigState(Agent):
             return Done({"changed": [it["text"] for it in state["items"] if it["text"].startswith("changed")],
                          "size": len(state["items"])})
         return state
+
+
+class _QueueWalker(Agent):
+    """Takes the next item off its queue in place, before the step's calls (as the crawl
+    agent takes a batch off its frontier), and echoes it. The first `polls` steps only
+    poll (their state is unchanged); the step `shutdown_at` asks for a shutdown after its
+    first call, the step `sleep_at` waits 30 s there: the step's next call or its wait
+    cuts it short after it changed its state."""
+
+    def start(self, inputs):
+        return {"queue": list(inputs["items"]), "done": [], "polls": inputs.get("polls", 0),
+                "shutdown_at": inputs.get("shutdown_at"), "sleep_at": inputs.get("sleep_at")}
+
+    def step(self, ctx, state):
+        if ctx.step_no <= state["polls"]:
+            ctx.call(echo, f"poll {ctx.step_no}")
+            return state
+        item = state["queue"].pop(0)
+        state["done"].append(ctx.call(echo, item))
+        if ctx.step_no == state["shutdown_at"]:
+            ctx.call(request_shutdown)
+        if ctx.step_no == state["sleep_at"]:
+            ctx.sleep(30)
+        ctx.call(echo, f"{item} taken")
+        return state if state["queue"] else Done(state["done"])
+
+
+@agent("queue_walker", registry=REG)
+class QueueWalker(_QueueWalker):
+    checkpoint_every = 10
+
+
+@agent("queue_poller", registry=REG)
+class QueuePoller(_QueueWalker):
+    checkpoint_every = 1

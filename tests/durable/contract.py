@@ -41,6 +41,7 @@ from runs.durable import (
     execute_run,
     idempotency_key,
     serde,
+    upgrade,
 )
 from runs.durable import records as r
 from runs.durable.errors import StaleEditError, StatePatchError
@@ -145,6 +146,15 @@ class StoreContract:
         return [c.step_no for c in store.history(run_id).checkpoints if c.branch == branch]
 
     @staticmethod
+    def checkpoint_event_steps(store, run_id: str, events) -> list[int]:
+        """The steps of the checkpoints the run's checkpoint events announce: an event
+        holds its checkpoint's number, nothing of what the checkpoint holds."""
+        steps = {c.number: c.step_no for c in store.history(run_id).checkpoints}
+        announced = [d for _, kind, d in events if kind == "checkpoint"]
+        assert all(set(d) == {"number"} for d in announced), announced
+        return [steps[d["number"]] for d in announced]
+
+    @staticmethod
     def logs(events) -> list[str]:
         return [data["message"] for _, kind, data in events if kind == "log"]
 
@@ -185,6 +195,71 @@ class StoreContract:
         # every=1000 never fires; only the slow step 3 crossed the 0.25 s interval
         assert self.checkpoint_steps(store, run.id) == [0, 3]
 
+    def test_a_step_that_changes_nothing_writes_no_checkpoint(self, store, clock):
+        run = self.launch(store, "poller", {"n": 4})
+        WORLD.crash_plan["after_call"] = 3
+        self.crash(store, run.id, clock)
+        assert self.checkpoint_steps(store, run.id) == [0]  # steps 1-2 changed nothing
+        assert store.load(run.id).run.step_no == 2  # their ends are committed all the same
+        WORLD.seen.clear()
+        assert self.execute(store, run.id, worker("w2")) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == {"polls": 4}
+        # steps 1-3 replayed from the log (their calls made once), 4 ran live
+        assert WORLD.seen == [("step", 1, True), ("step", 2, True), ("step", 3, True),
+                              ("step", 4, False)]
+        assert WORLD.calls["echo"] == 4
+        assert self.checkpoint_steps(store, run.id) == [0]
+
+    def test_a_wait_checkpoints_the_steps_that_changed_nothing(self, store, clock):
+        """A polling run's wake replays the step that waited, not every poll before it."""
+        run = self.launch(store, "poller", {"n": 4, "sleep_at": 3})
+        assert self.execute(store, run.id) == Outcome.WAITING
+        checkpoints = store.history(run.id).checkpoints
+        assert [(c.step_no, c.reason) for c in checkpoints] == [(0, "start"), (2, "wait")]
+        clock.advance(31)
+        WORLD.seen.clear()
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert WORLD.seen == [("step", 3, True), ("step", 4, False)]
+        assert WORLD.calls["echo"] == 4
+
+    @staticmethod
+    def latest_state(store, run_id: str) -> tuple[int, str, dict]:
+        """(step, reason, state) of the checkpoint a resume of the run starts from."""
+        loaded = store.load(run_id)
+        raw = serde.resolve_raw([*loaded.bases, loaded.checkpoint])
+        return loaded.checkpoint.step_no, loaded.checkpoint.reason, json.loads(raw)
+
+    def test_a_hand_off_mid_step_checkpoints_the_state_the_steps_before_it_left(self, store):
+        """A step changes its state in place, then a shutdown stops it at its next call
+        (as a killed worker's tree hands its other runs off): the checkpoint written for
+        the steps before it holds their state, not the cut step's half-done changes,
+        or the replay of the cut step takes another item than its log holds."""
+        run = self.launch(store, "queue_walker", {"items": ["a", "b", "c"], "shutdown_at": 2})
+        assert self.execute(store, run.id, worker(lease_seconds=60),
+                            stop_event=WORLD.stop_event) == Outcome.HANDED_OFF
+        assert self.latest_state(store, run.id)[:2] == (1, "shutdown")
+        assert self.latest_state(store, run.id)[2]["queue"] == ["b", "c"]
+        assert self.execute(store, run.id, worker("w2")) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == ["a", "b", "c"]
+        assert [a for name, a in WORLD.args if name == "echo"] == [
+            "a", "a taken", "b", "b taken", "c", "c taken"]  # "b" logged once, replayed
+
+    def test_a_wait_after_unchanged_steps_checkpoints_the_state_before_the_waiting_step(
+            self, store, clock):
+        """Steps that changed nothing, then one that changes its state in place and waits:
+        the wait's checkpoint holds the state the unchanged steps left, and the wake
+        replays the waiting step from it."""
+        run = self.launch(store, "queue_poller", {"items": ["a", "b"], "polls": 2,
+                                                  "sleep_at": 3})
+        assert self.execute(store, run.id) == Outcome.WAITING
+        step_no, reason, state = self.latest_state(store, run.id)
+        assert (step_no, reason, state["queue"]) == (2, "wait", ["a", "b"])
+        clock.advance(31)
+        assert self.execute(store, run.id) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output == ["a", "b"]
+        assert [a for name, a in WORLD.args if name == "echo"] == [
+            "poll 1", "poll 2", "a", "a taken", "b", "b taken"]
+
     def test_resume_restores_the_latest_checkpoint_and_replays_only_since(self, store, clock,
                                                                           read_events):
         run = self.launch(store, "steps_every2", {"n": 5})
@@ -213,13 +288,13 @@ class StoreContract:
         self.crash(store, run.id, clock)
         assert self.checkpoint_steps(store, run.id) == [0]
         events = read_events(run.id)
-        assert [d["step"] for _, kind, d in events if kind == "checkpoint"] == [0]
+        assert self.checkpoint_event_steps(store, run.id, events) == [0]
         assert [seq for seq, _, _ in events] == list(range(1, len(events) + 1))
         assert self.execute(store, run.id) == Outcome.SUCCEEDED
         assert WORLD.calls["bump"] == 2  # step 1's call was logged before: replayed
         events = read_events(run.id)
         assert [seq for seq, _, _ in events] == list(range(1, len(events) + 1))
-        assert [d["step"] for _, kind, d in events if kind == "checkpoint"] == [0, 1]
+        assert self.checkpoint_event_steps(store, run.id, events) == [0, 1]
 
     def test_a_crash_just_after_a_checkpoint_resumes_from_it(self, store, clock):
         run = self.launch(store, "steps", {"n": 3})
@@ -359,7 +434,7 @@ class StoreContract:
         assert WORLD.args == [("echo", "a")]  # the changed call never reached the tool
         assert self.statuses(read_events(run.id))[-1] == r.NEEDS_ATTENTION
         # resuming the same code meets the same mismatch: never on
-        control.resume(store, run.id, actor="op", registry=REG)
+        control.resume(store, run.id, actor="op")
         assert self.execute(store, run.id) == Outcome.NEEDS_ATTENTION
         assert WORLD.args == [("echo", "a")]
 
@@ -386,12 +461,18 @@ class StoreContract:
         self.crash(store, run.id, clock)
         WORLD.flags["arg"] = "changed"
         self.execute(store, run.id)
-        upgraded = control.resume(store, run.id, actor="op", upgrade=True, registry=REG)
+        upgraded = upgrade.upgrade(store, run.id, actor="op", registry=REG)
         assert (upgraded.status, upgraded.branch) == (r.QUEUED, 2)
         assert self.execute(store, run.id) == Outcome.SUCCEEDED
         assert store.load(run.id).run.output == {"a": "changed", "b": "b"}
-        old = [e for e in store.history(run.id).effects if e.branch == 1 and e.step_no == 1]
-        assert old and all(e.superseded for e in old)
+        # The logged call the changed code no longer makes was carried onto the new
+        # branch under its key, and never taken over: it waits at a negative seq.
+        effects = store.history(run.id).effects
+        assert not [e for e in effects if e.branch == 1 and e.step_no == 1]
+        carried = [e for e in effects if e.carried]
+        assert [(e.branch, e.step_no, e.key) for e in carried] == [
+            (2, 1, idempotency_key(run.id, 1, 1, 0))]
+        assert WORLD.args == [("echo", "a"), ("echo", "changed"), ("echo", "b")]
 
     # --- 3. idempotency keys -------------------------------------------------------------------
     def test_idempotency_keys_derive_from_run_branch_step_and_seq(self, store):
@@ -567,7 +648,7 @@ class StoreContract:
         assert WORLD.calls["send_email"] == 1  # never silently repeated
         before = store.load(run.id).run
         with pytest.raises(InvalidTransitionError):
-            control.resume(store, run.id, actor="op", registry=REG)
+            control.resume(store, run.id, actor="op")
         assert store.load(run.id).run == before
 
     def test_resolving_in_doubt_as_done_gives_the_step_the_result(self, store, clock):
@@ -602,7 +683,7 @@ class StoreContract:
     def test_a_retry_of_a_failed_call_cut_short_by_a_crash_is_in_doubt(self, store, clock):
         run = self.launch(store, "broken")
         assert self.execute(store, run.id) == Outcome.FAILED
-        control.resume(store, run.id, actor="op", registry=REG)
+        control.resume(store, run.id, actor="op")
         crash_at("after_effect_before_log", nth=1)
         WORLD.flags["broken"] = False
         self.crash(store, run.id, clock)
@@ -663,7 +744,7 @@ class StoreContract:
         run = self.launch(store, "broken")
         assert self.execute(store, run.id) == Outcome.FAILED
         WORLD.flags["broken"] = False
-        assert control.resume(store, run.id, actor="op", registry=REG).status == r.QUEUED
+        assert control.resume(store, run.id, actor="op").status == r.QUEUED
         assert self.execute(store, run.id) == Outcome.SUCCEEDED
         assert store.load(run.id).run.output == {"value": "x"}
         assert WORLD.calls["broken"] == 2
@@ -717,7 +798,7 @@ class StoreContract:
         assert stuck.attention["kind"] == "unknown_agent"
         assert "hello" in stuck.attention["message"]
         assert stuck.lease_owner is None
-        control.resume(store, run.id, actor="op", registry=REG)
+        control.resume(store, run.id, actor="op")
         assert self.execute(store, run.id) == Outcome.SUCCEEDED
 
     # --- 7. pause and cancel ---------------------------------------------------------------------
@@ -738,7 +819,7 @@ class StoreContract:
         assert (paused.status, paused.control, paused.lease_owner) == (r.PAUSED, None, None)
         assert WORLD.calls["echo"] == 0  # stopped before the next call
         assert self.execute(store, run.id) == Outcome.NOT_CLAIMED
-        control.resume(store, run.id, actor="op", registry=REG)
+        control.resume(store, run.id, actor="op")
         assert self.execute(store, run.id) == Outcome.SUCCEEDED
         assert store.load(run.id).run.output == [1, 2, 3]
         assert (WORLD.calls["slow_echo"], WORLD.calls["echo"]) == (1, 3)
@@ -751,7 +832,7 @@ class StoreContract:
         run = self.launch(store, "self_pauser")
         assert self.execute(store, run.id) == Outcome.PAUSED
         assert WORLD.calls["echo"] == 0
-        control.resume(store, run.id, actor="op", registry=REG)
+        control.resume(store, run.id, actor="op")
         assert self.execute(store, run.id) == Outcome.SUCCEEDED
         assert store.load(run.id).run.output == {"second": "second"}
         assert WORLD.calls["pause_me"] == 1
@@ -769,13 +850,13 @@ class StoreContract:
         assert (cancelled.status, cancelled.lease_owner) == (r.CANCELLED, None)
         assert WORLD.calls["echo"] == 0
         with pytest.raises(InvalidTransitionError):
-            control.resume(store, run.id, actor="op", registry=REG)
+            control.resume(store, run.id, actor="op")
         assert self.execute(store, run.id) == Outcome.NOT_CLAIMED
 
     def test_resuming_before_a_pause_took_effect_withdraws_it(self, store):
         run, future = self._start_slow(store)
         control.pause(store, run.id, actor="op")
-        assert control.resume(store, run.id, actor="op", registry=REG).control is None
+        assert control.resume(store, run.id, actor="op").control is None
         WORLD.release.set()
         assert future.result(timeout=5) == Outcome.SUCCEEDED
         assert store.load(run.id).run.output == [1, 2, 3]
@@ -786,7 +867,7 @@ class StoreContract:
         wake_at = store.load(run.id).run.wake_at
         assert control.pause(store, run.id, actor="op").status == r.PAUSED
         clock.advance(10)
-        control.resume(store, run.id, actor="op", registry=REG)
+        control.resume(store, run.id, actor="op")
         assert self.execute(store, run.id) == Outcome.WAITING  # 20 s still to go
         assert store.load(run.id).run.wake_at == pytest.approx(wake_at, abs=1e-3)
         clock.advance(21)
@@ -805,7 +886,7 @@ class StoreContract:
         after = store.load(run.id).run
         assert (after.status, after.control, after.lease_owner) == (status, None, None)
         if act == "pause":
-            control.resume(store, run.id, actor="op", registry=REG)
+            control.resume(store, run.id, actor="op")
             assert self.execute(store, run.id) == Outcome.WAITING  # the timer kept
 
     def test_pausing_a_run_waiting_for_input_keeps_its_question(self, store):
@@ -814,7 +895,7 @@ class StoreContract:
         control.pause(store, run.id, actor="op")
         with pytest.raises(InvalidTransitionError):
             control.provide_input(store, run.id, value={"colour": "red"}, actor="ada")
-        control.resume(store, run.id, actor="op", registry=REG)
+        control.resume(store, run.id, actor="op")
         assert self.execute(store, run.id) == Outcome.WAITING
         assert store.load(run.id).run.attention["prompt"] == "Which colour?"
         control.provide_input(store, run.id, value={"colour": "red"}, actor="ada")
@@ -826,7 +907,7 @@ class StoreContract:
         assert control.pause(store, run.id, actor="op").status == r.PAUSED
         assert run.id not in store.due_runs(time.time())
         assert self.execute(store, run.id) == Outcome.NOT_CLAIMED
-        control.resume(store, run.id, actor="op", registry=REG)
+        control.resume(store, run.id, actor="op")
         assert run.id in store.due_runs(time.time())
         assert self.execute(store, run.id) == Outcome.SUCCEEDED
         assert store.load(run.id).run.output == {"values": [10, 20]}
@@ -933,7 +1014,7 @@ class StoreContract:
         latest = store.load(run.id).checkpoint
         assert (latest.branch, latest.reason) == (2, "edit")
         assert decode_state(latest.blob, latest.codec) == edited
-        control.resume(store, run.id, actor="op", registry=REG)
+        control.resume(store, run.id, actor="op")
         assert self.execute(store, run.id) == Outcome.SUCCEEDED
         assert store.load(run.id).run.output == {"out": ["edited", "v1:3", "v1:4"],
                                                  "resumed": 1}
@@ -1028,13 +1109,14 @@ class StoreContract:
         for (status, wake_in, lease), _ in self.CLAIMABILITY:
             run = self.launch(store, "steps", {"n": 1})
             epoch = store.claim(run.id, "w1", LEASE, now).run.epoch
-            update = {"status": status, "wake_at": None if wake_in is None else now + wake_in}
+            update = r.RunChanges(status=status,
+                                  wake_at=None if wake_in is None else now + wake_in)
             if lease == "live":
-                update["lease_expires_at"] = now + 60
+                update.lease_expires_at = now + 60
             elif lease == "expired":
-                update["lease_expires_at"] = now - 1
+                update.lease_expires_at = now - 1
             elif lease == "unbounded":
-                update["lease_expires_at"] = None
+                update.lease_expires_at = None
             store.commit(run.id, epoch, r.Commit(run=update, release=lease == "none"))
             runs[(status, wake_in, lease)] = run.id
         due = set(store.due_runs(now, limit=len(runs) + 1))
@@ -1103,7 +1185,7 @@ class StoreContract:
         assert second.run.lease_owner == "w2"
 
         before, events = store.load(run.id).run, read_events(run.id)
-        stale = r.Commit(run={"status": r.SUCCEEDED, "output": "zombie"},
+        stale = r.Commit(run=r.RunChanges(status=r.SUCCEEDED, output="zombie"),
                          events=[("log", {"message": "zombie"})], release=True)
         with pytest.raises(FencedError):
             store.commit(run.id, first.run.epoch, stale)
@@ -1139,10 +1221,11 @@ class StoreContract:
         claims = [store.claim(run.id, "w1", LEASE, now) for run in runs]
         held = [r.LeaseHeld(c.run.id, c.run.epoch, "w1") for c in claims]
         for claim in claims:
-            store.commit(claim.run.id, claim.run.epoch, r.Commit(run={"status": r.RUNNING}))
+            store.commit(claim.run.id, claim.run.epoch,
+                         r.Commit(run=r.RunChanges(status=r.RUNNING)))
         control.pause(store, runs[0].id, actor="op")  # a request the renewal reads
         store.commit(runs[1].id, claims[1].run.epoch,
-                     r.Commit(run={"lease_expires_at": now - 1}))
+                     r.Commit(run=r.RunChanges(lease_expires_at=now - 1)))
         taken = store.claim(runs[1].id, "w2", LEASE, now)  # claimed again: a new epoch
         store.commit(runs[2].id, claims[2].run.epoch, r.Commit(release=True))  # same epoch
         assert store.renew_leases(held, now + 100) == {runs[0].id: r.PAUSE, runs[3].id: None}
@@ -1163,9 +1246,9 @@ class StoreContract:
         owners = ["hostA:10:1", "hostA:11:1", "hostB:10:1", "hostA:12:1"]
         claims = [store.claim(run.id, owner, LEASE, now) for run, owner in zip(runs, owners)]
         store.commit(runs[1].id, claims[1].run.epoch,
-                     r.Commit(run={"lease_expires_at": now - 1}))  # expired
+                     r.Commit(run=r.RunChanges(lease_expires_at=now - 1)))  # expired
         store.commit(runs[3].id, claims[3].run.epoch,
-                     r.Commit(run={"status": r.SUCCEEDED}, release=True))  # ended
+                     r.Commit(run=r.RunChanges(status=r.SUCCEEDED), release=True))  # ended
         assert store.live_leases("hostA:", now) == [
             r.LeaseHeld(runs[0].id, claims[0].run.epoch, "hostA:10:1")]
         assert store.live_leases("hostA:", now + LEASE + 1) == []  # past the lease
@@ -1214,29 +1297,40 @@ class StoreContract:
         assert WORLD.calls["crash_tool"] == 3
 
     # --- 8. versions and on_resume ---------------------------------------------------------------
-    def test_a_changed_agent_version_needs_attention_and_can_be_upgraded(self, store):
+    def test_a_run_whose_history_diverges_on_new_code_waits_for_its_version(self, store,
+                                                                                read_events):
         run = self._yield_after_one_step(store)
-        assert self.execute(store, run.id, registry=REG_V2) == Outcome.NEEDS_ATTENTION
+        assert self.execute(store, run.id, registry=REG_V2) == Outcome.VERSION_WAIT
         stuck = store.load(run.id).run
-        assert stuck.attention["kind"] == "version_drift"
-        assert stuck.attention["message"] == "code changed: 1 → 2"
-        assert WORLD.args == [("echo", "v1:1")]
+        assert (stuck.status, stuck.agent_version, stuck.lease_owner) == (r.QUEUED, "1", None)
+        assert stuck.attention["kind"] == "version"
+        assert stuck.attention["message"] == (
+            "waiting for a worker with version 1: diverges at step 1, call 1 "
+            "(tests.echo args differ)")
+        assert stuck.version_refused == stuck.attention["refused_by"] != stuck.code_fingerprint
+        assert WORLD.args == [("echo", "v1:1")]  # the replay called nothing
+        # its own code takes it back and finishes it
+        assert self.execute(store, run.id, registry=REG) == Outcome.SUCCEEDED
+        assert store.load(run.id).run.output["out"] == ["v1:1", "v1:2", "v1:3", "v1:4"]
+
+    def test_an_operator_upgrade_continues_a_diverging_run_on_the_new_code(self, store):
+        run = self._yield_after_one_step(store)
+        assert self.execute(store, run.id, registry=REG_V2) == Outcome.VERSION_WAIT
         with pytest.raises(InvalidTransitionError):
-            control.resume(store, run.id, actor="op", registry=REG_V2)
-        upgraded = control.resume(store, run.id, actor="op", upgrade=True, registry=REG_V2)
+            control.resume(store, run.id, actor="op")
+        upgraded = upgrade.upgrade(store, run.id, actor="op", registry=REG_V2)
         assert (upgraded.status, upgraded.branch, upgraded.agent_version) == (r.QUEUED, 2, "2")
+        assert upgraded.attention is None and upgraded.version_refused is None
         assert self.execute(store, run.id, registry=REG_V2) == Outcome.SUCCEEDED
         output = store.load(run.id).run.output
         assert output["out"] == ["v1:1", "v2:2", "v2:3", "v2:4"]
 
-    def test_a_run_that_never_started_can_be_upgraded(self, store):
+    def test_a_run_that_never_started_moves_to_the_new_code_by_itself(self, store):
         run = self.launch(store, "resumable")
-        assert self.execute(store, run.id, registry=REG_V2) == Outcome.NEEDS_ATTENTION
-        assert store.load(run.id).run.attention["kind"] == "version_drift"
-        upgraded = control.resume(store, run.id, actor="op", upgrade=True, registry=REG_V2)
-        assert (upgraded.status, upgraded.agent_version) == (r.QUEUED, "2")
         assert self.execute(store, run.id, registry=REG_V2) == Outcome.SUCCEEDED
-        assert store.load(run.id).run.output["out"] == ["v2:1", "v2:2", "v2:3", "v2:4"]
+        done = store.load(run.id).run
+        assert (done.agent_version, done.output["out"]) == ("2", ["v2:1", "v2:2", "v2:3",
+                                                                  "v2:4"])
 
     def test_on_resume_is_not_called_after_a_time_slice(self, store):
         run = self.launch(store, "resumable")
@@ -1280,7 +1374,7 @@ class StoreContract:
         paused = store.load(run.id)
         assert (paused.checkpoint.step_no, paused.checkpoint.reason) == (2, "pause")
         clock.advance(60)
-        control.resume(store, run.id, actor="op", registry=REG)
+        control.resume(store, run.id, actor="op")
         assert self.execute(store, run.id) == Outcome.SUCCEEDED
         [resume] = WORLD.resumes
         assert 60 <= resume["suspended_for"] < 70
@@ -1364,7 +1458,7 @@ class StoreContract:
             with pytest.raises(RunNotFoundError):
                 action(store, "missing", actor="op")
         with pytest.raises(RunNotFoundError):
-            control.resume(store, "missing", actor="op", registry=REG)
+            control.resume(store, "missing", actor="op")
         with pytest.raises(RunNotFoundError):
             control.rollback(store, "missing", checkpoint=1, actor="op")
         with pytest.raises(RunNotFoundError):
@@ -1378,8 +1472,8 @@ class StoreContract:
         refused = [
             lambda: control.pause(store, done.id, actor="op"),
             lambda: control.cancel(store, done.id, actor="op"),
-            lambda: control.resume(store, done.id, actor="op", registry=REG),
-            lambda: control.resume(store, done.id, actor="op", upgrade=True, registry=REG),
+            lambda: control.resume(store, done.id, actor="op"),
+            lambda: upgrade.upgrade(store, done.id, actor="op", registry=REG),
             lambda: control.resolve_effect(store, done.id, seq=0, resolution="done",
                                            actor="op"),
             lambda: control.provide_input(store, done.id, value=1, actor="op"),
@@ -1397,7 +1491,7 @@ class StoreContract:
 
         queued = self.launch(store, "steps", {"n": 1})
         self._assert_refused(store, queued.id, [
-            lambda: control.resume(store, queued.id, actor="op", registry=REG),
+            lambda: control.resume(store, queued.id, actor="op"),
             lambda: control.edit_state(store, queued.id, state={}, actor="op")],  # no checkpoint
             InvalidTransitionError, read_events, read_audit)
         store.claim(queued.id, "w1", 60, time.time())  # a worker holds it
@@ -1425,8 +1519,8 @@ class StoreContract:
             ("edit_state", lambda: control.edit_state(
                 store, run.id, state={"i": 1, "resumed": 0, "out": ["e"]}, actor="bob",
                 reason="r2"), r.PAUSED, r.PAUSED),
-            ("resume", lambda: control.resume(store, run.id, actor="cy", reason="r3",
-                                              registry=REG), r.PAUSED, r.QUEUED),
+            ("resume", lambda: control.resume(store, run.id, actor="cy", reason="r3"),
+             r.PAUSED, r.QUEUED),
             ("rollback", lambda: control.rollback(store, run.id, checkpoint=first.number,
                                                   actor="dee", reason="r4"), r.QUEUED, r.QUEUED),
             ("cancel", lambda: control.cancel(store, run.id, actor="eve", reason="r5"),
@@ -1485,9 +1579,10 @@ class StoreContract:
             assert serde.checkpoint_state(c, checkpoints)["i"] == c.step_no
         assert store.load(run.id).run.output["size"] == 1500
 
-    def test_a_patch_chain_ends_at_its_limit_even_across_a_resume(self, store, clock,
-                                                                  monkeypatch):
-        monkeypatch.setattr(serde, "CHAIN_LIMIT", 3)
+    def test_a_patch_chain_ends_at_what_a_resume_may_decode_even_across_a_resume(
+            self, store, clock, monkeypatch):
+        state = serde.raw_state(REG.get("big_state").start({"n": 9}))
+        monkeypatch.setattr(serde, "CHAIN_DECODE_BYTES", int(3.5 * len(state)))  # 3 patches
         run = self.launch(store, "big_state", {"n": 9})
         crash_at("after_checkpoint", nth=3)  # mid-chain: the resume continues it
         self.crash(store, run.id, clock)
@@ -1499,9 +1594,9 @@ class StoreContract:
 
     def test_a_patch_chain_ends_when_its_patches_outweigh_a_full_checkpoint(self, store,
                                                                              monkeypatch):
-        def after(chain, blob, patched):  # as if the full checkpoint were 3 patches' size
+        def after(chain, blob, patched):  # as if the full checkpoint were 2.5 patches' size
             if not patched:
-                return serde.Chain(full_bytes=900)
+                return serde.Chain(full_bytes=750)
             return original(chain, blob, patched)
 
         original = serde.Chain.after
@@ -1533,8 +1628,8 @@ class _CancelAfterClaim:
     def __init__(self, store):
         self._store = store
 
-    def claim(self, run_id, owner, lease_seconds, now):
-        claimed = self._store.claim(run_id, owner, lease_seconds, now)
+    def claim(self, run_id, owner, lease_seconds, now, **kwargs):
+        claimed = self._store.claim(run_id, owner, lease_seconds, now, **kwargs)
         if claimed is not None:
             control.cancel(self._store, run_id, actor="op", reason="just after the claim")
         return claimed

@@ -178,7 +178,7 @@ class ChildrenContract:
         expected = r.CANCELLED if choice == "cancel" else r.QUEUED
         assert [c.status for c in self.children(store, parent.id)] == [expected] * 2
         # the new branch spawns children of its own under new keys
-        control.resume(store, parent.id, actor="op", registry=REG)
+        control.resume(store, parent.id, actor="op")
         assert self.execute(store, parent.id) == Outcome.WAITING
         assert len(self.children(store, parent.id)) == 4
 

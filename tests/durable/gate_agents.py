@@ -4,7 +4,7 @@ of their own. They act on `WORLD` (tests/durable/agents_for_tests.py)."""
 from __future__ import annotations
 
 from runs.durable import Agent, AgentRegistry, ApprovalDeniedError, Done, agent, tool
-from runs.durable.approvals import ApprovalRule
+from runs.durable.policies.approvals import ApprovalRule
 
 from .agents_for_tests import WORLD
 

@@ -1,4 +1,4 @@
-"""The pre-call gates' contract (runs/durable/gates.py) on any Store: budgets that pause
+"""The pre-call gates' contract (runs/durable/policies/gates.py) on any Store: budgets that pause
 and resume without repeating a call, approvals bound to the exact call.
 
 A store's subclass provides the fixtures of tests/durable/contract.py (`store`,
@@ -14,11 +14,11 @@ import time
 
 import pytest
 
-from runs.durable import control, execute_run
+from runs.durable import InputValidationError, control, execute_run
 from runs.durable import records as r
-from runs.durable.approvals import APPROVED, PENDING, ApprovalGate
 from runs.durable.faults import faults
-from runs.durable.gates import RunBudgetGate
+from runs.durable.policies.approvals import APPROVED, PENDING, ApprovalGate
+from runs.durable.policies.gates import RunBudgetGate
 
 from .agents_for_tests import WORLD, SimulatedCrash
 from .contract import LEASE, Clock, crash_at, worker
@@ -124,7 +124,7 @@ class GateContract:
     def test_a_bad_budget_changes_nothing(self, store, config):
         run = self.launch(store, "spender", {"calls": 1}, budget={"cost": 1.0})
         for bad in ({"cost": -1}, {"cost": "1"}, {"dollars": 1}, {"cost": float("nan")}, [1]):
-            with pytest.raises(control.InputValidationError):
+            with pytest.raises(InputValidationError):
                 control.set_budget(store, run.id, budget=bad, actor="alice")
         assert store.get(run.id).budget == {"cost": 1.0}
 
@@ -229,7 +229,7 @@ class GateContract:
     @pytest.mark.parametrize("fallback", ["deny", "skip"])
     def test_an_unanswered_request_times_out_to_its_fallback(self, store, book, clock,
                                                              fallback, monkeypatch):
-        from runs.durable.approvals import ApprovalRule
+        from runs.durable.policies.approvals import ApprovalRule
 
         from .gate_agents import RULES
         monkeypatch.setitem(RULES, "send", [ApprovalRule(tool="send", approvers="operators",

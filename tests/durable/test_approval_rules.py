@@ -3,8 +3,8 @@ condition that cannot be evaluated on a call holds (approvals fail closed)."""
 
 import pytest
 
-from runs.durable.approvals import ApprovalRule, holds, parse_predicate
 from runs.durable.errors import InputValidationError
+from runs.durable.policies.approvals import ApprovalRule, holds, parse_predicate
 
 
 @pytest.mark.parametrize("when,arguments,inputs,expected", [

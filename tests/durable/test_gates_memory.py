@@ -2,8 +2,8 @@
 
 import pytest
 
-from runs.durable.approvals import MemoryApprovalBook
 from runs.durable.memory import MemoryStore
+from runs.durable.policies.approvals import MemoryApprovalBook
 
 from .gate_contract import GateContract
 

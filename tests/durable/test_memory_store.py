@@ -7,9 +7,10 @@ from runs.durable.memory import MemoryStore
 from .contract import StoreContract
 from .contract_children import ChildrenContract
 from .contract_parallel import ParallelContract
+from .contract_versions import VersionsContract
 
 
-class TestMemoryStore(ChildrenContract, ParallelContract, StoreContract):
+class TestMemoryStore(ChildrenContract, ParallelContract, VersionsContract, StoreContract):
     @pytest.fixture
     def store(self):
         return MemoryStore()

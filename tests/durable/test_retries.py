@@ -27,6 +27,7 @@ from runs.durable import (
 )
 from runs.durable import context as context_module
 from runs.durable import records as r
+from runs.durable import retry as retry_module
 from runs.durable.memory import MemoryStore
 from runs.durable.retry import LONGEST_WAIT, RETRY_AFTER_LIMIT
 from tests.support.processes import wait_until
@@ -118,7 +119,7 @@ class Resumer(Agent):
 def fresh_target(monkeypatch):
     TARGET.update(keys=[], fail={}, sent=Counter())
     # Waits over 0.1 s are durable timers here, so the tests wait tenths of seconds.
-    monkeypatch.setattr(context_module, "INLINE_SLEEP_SECONDS", 0.1)
+    monkeypatch.setattr(retry_module, "INLINE_SLEEP_SECONDS", 0.1)
 
 
 def launch(store, name, **inputs):

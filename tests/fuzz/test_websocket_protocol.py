@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from agentops.asgi import application
 from runs import services
 from runs.live import consumers
+from runs.live import socket as live_socket
 from tests.fuzz.conftest import snapshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -118,7 +119,7 @@ def test_garbage_gets_clear_errors_and_the_socket_keeps_serving(users, finished_
 
 
 def test_an_oversized_frame_is_refused_and_the_socket_stays(users, finished_run):
-    big = json.dumps({"type": "hello", "after": 0, "pad": "x" * consumers.MAX_FRAME})
+    big = json.dumps({"type": "hello", "after": 0, "pad": "x" * live_socket.MAX_FRAME})
     problems = async_to_sync(_garbage_then_hello)(
         f"/ws/runs/{finished_run.id}/", session_cookie(users["alice"]), [big],
         finished_run.event_seq)
@@ -132,7 +133,7 @@ def test_too_many_errors_close_the_socket_with_a_protocol_code(users, finished_r
     async def scenario():
         communicator, connected, _ = await _open(f"/ws/runs/{finished_run.id}/", cookie)
         assert connected
-        for _ in range(consumers.MAX_ERRORS):
+        for _ in range(live_socket.MAX_ERRORS):
             await communicator.send_to(text_data="not json")
             await communicator.receive_from(timeout=5)
         closed = await communicator.receive_output(timeout=5)
@@ -141,7 +142,7 @@ def test_too_many_errors_close_the_socket_with_a_protocol_code(users, finished_r
 
     closed = async_to_sync(scenario)()
     connections.close_all()
-    assert closed == {"type": "websocket.close", "code": consumers.CLOSE_PROTOCOL}
+    assert closed == {"type": "websocket.close", "code": live_socket.CLOSE_PROTOCOL}
 
 
 @FUZZ
@@ -155,7 +156,7 @@ def test_unknown_runs_are_refused(users, run_id):
 
     connected, code = async_to_sync(scenario)()
     connections.close_all()
-    assert not connected and code == consumers.CLOSE_NOT_FOUND
+    assert not connected and code == live_socket.CLOSE_NOT_FOUND
 
 
 def test_another_users_run_and_anonymous_sockets_are_refused(users, finished_run):
@@ -167,8 +168,8 @@ def test_another_users_run_and_anonymous_sockets_are_refused(users, finished_run
 
     bob, anonymous = async_to_sync(scenario)()
     connections.close_all()
-    assert bob == (False, consumers.CLOSE_NOT_FOUND)
-    assert anonymous == (False, consumers.CLOSE_UNAUTHENTICATED)
+    assert bob == (False, live_socket.CLOSE_NOT_FOUND)
+    assert anonymous == (False, live_socket.CLOSE_UNAUTHENTICATED)
 
 
 def _hostile_messages(consumer_class) -> list[str]:
@@ -204,7 +205,7 @@ def test_every_message_type_refuses_hostile_input_and_keeps_serving(users, finis
     async def scenario():
         problems = []
         sent = _hostile_messages(consumer_class)
-        chunk = consumers.MAX_ERRORS - 1  # below the count that closes the socket
+        chunk = live_socket.MAX_ERRORS - 1  # below the count that closes the socket
         for start in range(0, len(sent), chunk):
             communicator, connected, _ = await _open(path, cookie)
             assert connected

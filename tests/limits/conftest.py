@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from runs.durable.limits import MemoryLimitStore
+from runs.durable.policies.limits import MemoryLimitStore
 
 # The database's store is used from threads of their own connections (the racing test):
 # it needs committed rows, so its cases are transactional; the others touch no database.

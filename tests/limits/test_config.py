@@ -6,7 +6,7 @@ from django.core.exceptions import ValidationError
 
 from builtin_agents.tools.llm import chat_completion
 from runs.budgets.gates import worker_gates
-from runs.durable.limits import LimitGate, LimitRule
+from runs.durable.policies.limits import LimitGate, LimitRule
 from runs.limits import config
 from runs.limits.models import Limit
 from runs.limits.stores import OrmLimitStore, RedisLimitStore, limit_store

@@ -11,9 +11,15 @@ import pytest
 
 from runs.durable import AgentRegistry, TransientToolError, agent, control, execute_run, tool
 from runs.durable import records as r
-from runs.durable.gates import RunBudgetGate
-from runs.durable.limits import LimitGate, LimitRule, LimitStoreError, MemoryLimitStore
 from runs.durable.memory import MemoryStore
+from runs.durable.policies.gates import RunBudgetGate
+from runs.durable.policies.limits import (
+    EARLY,
+    LimitGate,
+    LimitRule,
+    LimitStoreError,
+    MemoryLimitStore,
+)
 from runs.durable.retry import Retry
 from tests.durable.contract import Clock, worker
 
@@ -48,11 +54,24 @@ def clock(monkeypatch) -> Clock:
     return clock
 
 
-def setup(**rule):
+def setup(pause=None, **rule):
     limits = {"api": LimitRule("api", **rule)} if rule else {}
     store, limit_store = MemoryStore(), MemoryLimitStore()
-    config = worker(gates=(RunBudgetGate(), LimitGate(limit_store, limits.get)))
+    config = worker(gates=(RunBudgetGate(), LimitGate(limit_store, limits.get,
+                                                      wake=memory_waker(store), pause=pause)))
     return store, limit_store, config
+
+
+def memory_waker(store: MemoryStore):
+    """What runs/limits/wakes.py does on the database: a run still held by the limit has
+    its timer moved earlier, never later."""
+    def wake(limit, wakes):
+        for w in wakes:
+            run = store.runs.get(w.run)
+            if run is not None and run.status == r.WAITING and run.wake_at > w.at and \
+                    (run.attention or {}).get("limit") == limit:
+                run.wake_at = w.at
+    return wake
 
 
 def launch(store, name, calls, owner="alice"):
@@ -72,7 +91,8 @@ def test_a_run_held_by_a_limit_waits_durably_and_goes_on_where_it_stopped(clock)
     assert run.status == r.WAITING and run.lease_owner is None  # no worker, no lease
     assert run.attention["kind"] == "limit"
     assert run.attention["message"] == "waiting for api: 2 requests per 10 s"
-    assert run.wake_at == pytest.approx(time.time() + 10, abs=1)
+    # its slot opens 10 s on; it is woken a little before, to wait the rest in its worker
+    assert run.wake_at == pytest.approx(time.time() + 10 - EARLY, abs=0.5)
     assert MADE == ["q-0", "q-1"]
     assert not store.due_runs(limit=10, now=time.time())  # not before its timer
     clock.advance(10.5)
@@ -80,6 +100,58 @@ def test_a_run_held_by_a_limit_waits_durably_and_goes_on_where_it_stopped(clock)
     assert MADE == ["q-0", "q-1", "q-2"]  # the two made before the hold were replayed
     assert store.get(run_id).output == {"answers": ["answer to q-0", "answer to q-1",
                                                     "answer to q-2"]}
+
+
+DURING_CALL: list = []
+
+
+@tool(idempotent=True, limit="api", name="slow-api")
+def slow_api(question: str, *, idempotency_key: str) -> str:
+    while DURING_CALL:  # what other workers do while this call is in flight
+        DURING_CALL.pop(0)()
+    MADE.append(question)
+    return f"answer to {question}"
+
+
+@agent("slow-asker", registry=REG)
+def slow_asker(ctx, inputs):
+    return {"answer": ctx.call(slow_api, inputs["name"])}
+
+
+def test_a_run_held_for_a_slot_is_woken_as_soon_as_the_slot_is_given_back(clock):
+    """Another worker's run asks while this run's call is in flight, and waits; when the
+    call ends its slot goes to the waiting run at once: its timer is due now, not at a
+    guess of when the call might end."""
+    store, _, config = setup(concurrency=1)
+    first, second = (control.launch(store, agent="slow-asker", inputs={"name": name},
+                                    owner="alice", registry=REG).id for name in ("1", "2"))
+    seen = []
+    DURING_CALL.append(lambda: seen.append((execute(store, second, config),
+                                            store.get(second).wake_at - time.time())))
+    assert execute(store, first, config) == "succeeded"
+    assert store.get(second).wake_at <= time.time()
+    [(outcome, told)] = seen
+    assert outcome == "waiting" and told > 60  # the call might have lasted up to its lease
+    assert store.due_runs(limit=10, now=time.time()) == [second]
+    assert execute(store, second, config) == "succeeded"
+    assert MADE == ["1", "2"]
+
+
+def test_a_call_whose_slot_opens_within_a_second_waits_for_it_in_its_worker(clock):
+    """A claim costs more than a second's wait: the run keeps its worker until the slot
+    opens, instead of a timer and a claim while the slot stays free."""
+    waited = []
+
+    def pause(seconds):
+        waited.append(seconds)
+        clock.advance(seconds)
+
+    store, _, config = setup(pause=pause, requests=1, per=10.0)
+    assert execute(store, launch(store, "first", 1), config) == "succeeded"
+    clock.advance(9.5)
+    assert execute(store, launch(store, "second", 1), config) == "succeeded"
+    assert waited == [pytest.approx(0.5, abs=0.05)]
+    assert MADE == ["first-0", "second-0"]
 
 
 def test_a_concurrency_slot_is_given_back_when_the_call_ends():
@@ -100,7 +172,8 @@ def test_a_retry_after_closes_the_limit_for_every_run(clock):
     held = store.get(second)
     assert held.attention["kind"] == "limit" and held.attention["why"] == "closed"
     assert "Retry-After" in held.attention["message"]
-    assert held.wake_at == pytest.approx(limit_store.states["api"]["closed_until"])
+    assert held.wake_at == pytest.approx(limit_store.states["api"]["closed_until"] - EARLY,
+                                         abs=0.01)
     assert MADE == []
     clock.advance(31)
     assert execute(store, second, config) == "succeeded"

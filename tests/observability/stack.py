@@ -1,4 +1,4 @@
-"""A live stack for the observability tests: Daphne and a qcluster sharing one
+"""A live stack for the observability tests: Daphne and a worker tree sharing one
 PROMETHEUS_MULTIPROC_DIR, both exporting traces to an in-test OTLP collector; and
 the clients a test talks to it with (a logged-in browser's HTTP session, /metrics)."""
 

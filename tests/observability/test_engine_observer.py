@@ -1,7 +1,7 @@
 """The observer on the engine, in one process (MemoryStore, the SDK's in-memory
 exporter): one trace per run from the launching request's context, a claim span per
-claim, step and effect spans with tool, key, attempt and replayed, metrics counted,
-and every log line inside a run carrying its context."""
+claim, a step span per step with an event per effect (tool, key, attempt, replayed,
+outcome), metrics counted, and every log line inside a run carrying its context."""
 
 from __future__ import annotations
 
@@ -147,34 +147,33 @@ def test_one_trace_across_a_crash_with_both_claims_and_the_replayed_effect_marke
     assert launch.parent.span_id == request_span.get_span_context().span_id
     assert all(c.parent.span_id == launch.context.span_id for c in claims)
 
-    steps = {s.context.span_id: s for s in spans if s.name.startswith("step ")}
     by_claim = {c.context.span_id: c.attributes["agentops.epoch"] for c in claims}
-    fetches = [s for s in spans if s.name == fetch.name]
+    steps = [s for s in spans if s.name.startswith("step ")]
     # step 1 ran once; step 2 ran, died in `risky`, and was replayed by the next claim
-    seen = sorted((s.attributes["agentops.step"],
-                   by_claim[steps[s.parent.span_id].parent.span_id],
-                   s.attributes["agentops.effect.replayed"]) for s in fetches)
-    assert seen == [(1, 1, False), (2, 1, False), (2, 2, True)]
-    for span in fetches:
-        assert span.attributes["agentops.effect.key"] == \
-            f"{run.id}:1:{span.attributes['agentops.step']}:0"
-        assert span.attributes["agentops.effect.attempt"] == 1
-    replaying = {(by_claim[s.parent.span_id], s.attributes["agentops.step"]):
-                 s.attributes["agentops.replaying"] for s in steps.values()}
-    assert replaying == {(1, 1): False, (1, 2): False, (2, 2): True}
-    risky_spans = sorted((by_claim[steps[s.parent.span_id].parent.span_id],
-                          s.attributes["agentops.effect.outcome"])
-                         for s in spans if s.name == risky.name)
-    assert risky_spans == [(1, "stopped"), (2, "done")]
+    assert sorted((by_claim[s.parent.span_id], s.attributes["agentops.step"],
+                   s.attributes["agentops.replaying"]) for s in steps) == [
+        (1, 1, False), (1, 2, False), (2, 2, True)]
+    effects = sorted((by_claim[s.parent.span_id], s.attributes["agentops.step"], e.name,
+                      e.attributes["agentops.tool"], e.attributes["agentops.effect.key"],
+                      e.attributes["agentops.effect.attempt"],
+                      e.attributes["agentops.effect.replayed"],
+                      e.attributes["agentops.effect.outcome"])
+                     for s in steps for e in s.events)
+    key = lambda step: f"{run.id}:1:{step}:"  # noqa: E731
+    assert effects == [
+        (1, 1, fetch.name, fetch.name, key(1) + "0", 1, False, "done"),
+        (1, 2, fetch.name, fetch.name, key(2) + "0", 1, False, "done"),
+        (1, 2, risky.name, risky.name, key(2) + "1", 1, False, "stopped"),
+        (2, 2, fetch.name, fetch.name, key(2) + "0", 1, True, "done"),
+        (2, 2, risky.name, risky.name, key(2) + "1", 1, False, "done")]
 
-    # the tool saw its own span as the downstream parent (one call per real fetch)
-    fetch_ids = {s.attributes["agentops.step"]: s for s in fetches
-                 if not s.attributes["agentops.effect.replayed"]}
+    # the tool saw its step's span as the downstream parent (one call per real fetch)
+    step_of = {(by_claim[s.parent.span_id], s.attributes["agentops.step"]): s for s in steps}
     assert [i for i, _ in WORLD["headers"]] == [1, 2]
     for i, headers in WORLD["headers"]:
-        _, trace_id, parent_id, _ = headers["traceparent"].split("-")
-        assert trace_id == f"{caller_trace:032x}"
-        assert parent_id == f"{fetch_ids[i].context.span_id:016x}"
+        _, trace_id, parent_id, flags = headers["traceparent"].split("-")
+        assert trace_id == f"{caller_trace:032x}" and int(flags, 16) & 1  # sampled
+        assert parent_id == f"{step_of[1, i].context.span_id:016x}"
 
     assert value("agentops_lease_takeovers_total", agent="observed") - before["takeovers"] == 1
     assert value("agentops_effects_replayed_total", tool=fetch.name) - before["replayed"] == 1
@@ -294,8 +293,8 @@ def test_a_run_that_ended_has_its_spans_exported_before_its_worker_moves_on():
         run = control.launch(store, agent="observed", inputs={}, registry=REG)
         config = WorkerConfig(owner="host:1:only", lease_seconds=5, slice_seconds=60)
         assert execute_run(store, run.id, config, registry=REG) == Outcome.SUCCEEDED
-        names = [s.name for s in exporter.get_finished_spans()]
-        assert names.count(fetch.name) == 2 and risky.name in names
+        events = [e.name for s in exporter.get_finished_spans() for e in s.events]
+        assert events == [fetch.name, fetch.name, risky.name]
     finally:
         tracing.off()
         observe.install(previous)

@@ -1,4 +1,4 @@
-"""/metrics of a live stack (real Daphne, real qcluster, one PROMETHEUS_MULTIPROC_DIR)
+"""/metrics of a live stack (real Daphne, a real worker tree, one PROMETHEUS_MULTIPROC_DIR)
 while runs go through a crash: a worker SIGKILLed inside a non-idempotent call. The
 counters move as the run events say: runs succeeded, the takeover, the in-doubt effect
 counted and, once an operator resolved it, gone from the gauge.

@@ -1,11 +1,13 @@
-"""Traces of a live stack across a SIGKILL of the worker holding the run.
+"""Traces of a live stack: across a SIGKILL of the worker holding the run, and through a
+deploy's SIGTERM.
 
 The run is launched by an HTTP request carrying a W3C traceparent; Daphne and the
 workers export over OTLP/HTTP to a collector in this test (tests/support/otlp.py).
 The test kills the worker once the run's last step has made its downstream call
-(and that span has been exported), then lets the next worker finish. One trace, the
-caller's; the claims of both workers in it; the last step's call replayed by the
-second and marked so; each downstream request carrying its effect span as parent.
+(and the earlier steps' spans have been exported), then lets the next worker finish.
+One trace, the caller's; the claims of both workers in it; each step's calls as events
+of its step's span, the last step's call replayed by the second worker and marked so;
+each downstream request carrying its step's span as parent.
 """
 
 from __future__ import annotations
@@ -16,17 +18,32 @@ import signal
 
 import pytest
 
+from runs import services
 from runs.durable import records as r
-from runs.models import Run, RunEvent
+from runs.models import Effect, Run, RunEvent
 from tests.observability.stack import logged_in, post_form, stack_env
 from tests.observability.traced_agent import hold_until, post_downstream
 from tests.support.otlp import Collector
-from tests.support.processes import LONG_SLICES, QUIET_LIVENESS, Server, wait_until
+from tests.support.processes import LONG_SLICES, Server, wait_until
+from tests.workload_agents import pause_for
 
 pytestmark = pytest.mark.services
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
 STEPS = 3
+
+
+def run_spans(collector, run_id, name=None, **attributes):
+    return [s for s in collector.snapshot()
+            if s["attributes"].get("agentops.run.id") == run_id
+            and (name is None or s["name"] == name)
+            and all(s["attributes"].get(k) == v for k, v in attributes.items())]
+
+
+def effects(span) -> list[tuple]:
+    """(tool, replayed, outcome) of each effect event of a step span."""
+    return [(e["name"], e["attributes"]["agentops.effect.replayed"],
+             e["attributes"]["agentops.effect.outcome"]) for e in span["events"]]
 
 
 def test_one_trace_from_the_launching_request_across_a_sigkill_of_the_worker(
@@ -35,8 +52,7 @@ def test_one_trace_from_the_launching_request_across_a_sigkill_of_the_worker(
     # The run's one claim before the kill must not end by any other way (seen on a loaded
     # CI machine, twice: a second, ordinary claim before the kill's takeover); a lease
     # outlasts a starved process's late renewal. The takeover waits for it (15 s).
-    env = {**stack_env(tmp_path, collector), **LONG_SLICES, **QUIET_LIVENESS,
-           "AGENTOPS_LEASE_SECONDS": 15}
+    env = {**stack_env(tmp_path, collector), **LONG_SLICES, "AGENTOPS_LEASE_SECONDS": 15}
     server = Server(tmp_path, **env)
     try:
         cluster = start_cluster(workers=2, **env)
@@ -47,17 +63,14 @@ def test_one_trace_from_the_launching_request_across_a_sigkill_of_the_worker(
             "release": str(release)}, headers={"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"})
         assert launched.status_code == 302, launched.text[:2000]
         run_id = re.search(r"/runs/([0-9a-f]{32})/", launched.headers["location"]).group(1)
+        spans = lambda name=None, **attributes: run_spans(collector, run_id, name, **attributes)  # noqa: E731
 
-        def spans(name=None, **attributes):
-            return [s for s in collector.snapshot()
-                    if s["attributes"].get("agentops.run.id") == run_id
-                    and (name is None or s["name"] == name)
-                    and all(s["attributes"].get(k) == v for k, v in attributes.items())]
-
-        # the last step's downstream call happened and its span reached the collector:
-        # the worker is now inside hold_until
-        wait_until(lambda: spans(post_downstream.name, **{"agentops.step": STEPS}), 60,
-                   message="the last step's call exported")
+        # the last step's downstream call is logged: the worker is now inside hold_until;
+        # the steps before it have ended and their spans reached the collector
+        wait_until(lambda: Effect.objects.filter(run_id=run_id, step_no=STEPS, status=r.DONE,
+                                                 tool=post_downstream.name).exists(), 60,
+                   message="the last step's call logged")
+        wait_until(lambda: len(spans("step 2")) == 1, 30, message="the first two steps exported")
         holder = Run.objects.get(pk=run_id).lease_owner
         pid = int(holder.split(":")[1])
         assert pid in cluster.worker_pids()
@@ -67,72 +80,106 @@ def test_one_trace_from_the_launching_request_across_a_sigkill_of_the_worker(
         release.touch()
         wait_until(lambda: Run.objects.get(pk=run_id).status == r.SUCCEEDED, 60,
                    message="the run to succeed")
-        wait_until(lambda: spans(hold_until.name), 90, message="the second claim's spans")
+        wait_until(lambda: [s for s in spans(f"step {STEPS}")
+                            if (hold_until.name, False, "done") in effects(s)], 90,
+                   message="the second claim's last step")
 
         everything = spans()
         assert {s["trace_id"] for s in everything} == {CALLER_TRACE}, "one trace, the caller's"
-        launch = [s for s in collector.snapshot() if s["name"] == "launch traced"
-                  and s["attributes"]["agentops.run.id"] == run_id]
-        assert len(launch) == 1
-        request = [s for s in collector.snapshot() if s["span_id"] == launch[0]["parent_id"]]
+        [launch] = spans("launch traced")
+        request = [s for s in collector.snapshot() if s["span_id"] == launch["parent_id"]]
         assert request and request[0]["name"] == "POST /launch/traced/"
         assert request[0]["parent_id"] == CALLER_SPAN
 
         claims = sorted(spans("claim traced"), key=lambda s: s["attributes"]["agentops.epoch"])
-        # The kill's takeover is the second claim. A worker retired as the sentinel
-        # replaces its generation after the kill may hand the run back before its first
-        # effect (its step span never ends): a third claim, by a worker that was not
-        # the killed one, then finishes the run.
-        # What ended each claim, should one other than the kill's (seen on loaded CI
-        # machines): the claims as the spans tell them and the run's own events.
+        # The kill's takeover is the second claim. Should another claim come between it
+        # and the one that finished (a tree that ended after the kill hands its runs
+        # back), it was not the killed worker's. What ended each claim, for a failure:
         story = ([(c["attributes"].get("agentops.epoch"), c["attributes"].get("agentops.worker"),
-                   c["attributes"].get("agentops.takeover"), c["events"]) for c in claims],
+                   c["attributes"].get("agentops.takeover")) for c in claims],
                  [(e.seq, e.kind, e.data) for e in RunEvent.objects.filter(run_id=run_id)],
                  f"killed {holder}")
         assert len(claims) >= 2, story
         assert [c["attributes"]["agentops.takeover"] for c in claims[:2]] == [False, True], story
         assert claims[0]["attributes"]["agentops.worker"] == holder
         assert all(c["attributes"]["agentops.worker"] != holder for c in claims[1:])
-        assert all(c["parent_id"] == launch[0]["span_id"] for c in claims)
-        claim_of = {c["attributes"]["agentops.epoch"]: c for c in claims}
+        assert all(c["parent_id"] == launch["span_id"] for c in claims)
+        epoch_of = {c["span_id"]: c["attributes"]["agentops.epoch"] for c in claims}
         first, last = claims[0]["attributes"]["agentops.epoch"], claims[-1]["attributes"]["agentops.epoch"]
 
-        calls = sorted((s["attributes"]["agentops.step"], s["attributes"]["agentops.epoch"],
-                        s["attributes"]["agentops.effect.replayed"])
-                       for s in spans(post_downstream.name))
-        # steps 1..3 by the first worker; the claim that finished replays step 3's call
-        assert calls[:3] == [(1, first, False), (2, first, False), (3, first, False)]
-        assert calls[-1] == (3, last, True)
-        assert all(step == 3 and epoch != first and replayed for step, epoch, replayed in calls[3:])
-        # The killed worker's step 3 never ended: its span (and hold_until's) was never
-        # exported, and its call's span names a parent the collector never saw.
-        steps = {s["span_id"]: s for s in spans() if s["name"].startswith("step ")}
-        step_keys = sorted((s["attributes"]["agentops.step"], s["attributes"]["agentops.epoch"],
-                            s["attributes"]["agentops.replaying"]) for s in steps.values())
-        assert step_keys[:2] == [(1, first, False), (2, first, False)]
-        assert step_keys[-1] == (3, last, True)
-        assert all(step == 3 and epoch != first for step, epoch, _ in step_keys[2:])
-        for span in spans(post_downstream.name) + spans(hold_until.name):
-            parent = steps.get(span["parent_id"])
-            if (span["attributes"]["agentops.step"], span["attributes"]["agentops.epoch"]) \
-                    == (3, first):
-                assert parent is None
-            else:
-                assert parent["attributes"]["agentops.step"] == span["attributes"]["agentops.step"]
-                assert parent["attributes"]["agentops.epoch"] == span["attributes"]["agentops.epoch"]
-                assert parent["parent_id"] == claim_of[parent["attributes"]["agentops.epoch"]]["span_id"]
-        assert [(s["attributes"]["agentops.effect.replayed"], s["attributes"]["agentops.epoch"])
-                for s in spans(hold_until.name)] == [(False, last)]
+        steps = [s for s in everything if s["name"].startswith("step ")]
+        assert all(s["parent_id"] in epoch_of for s in steps)
+        by_claim = sorted((epoch_of[s["parent_id"]], s["attributes"]["agentops.step"],
+                           s["attributes"]["agentops.replaying"], effects(s)) for s in steps)
+        call = (post_downstream.name, False, "done")
+        # steps 1 and 2 by the first worker; its step 3 never ended (SIGKILL): its span and
+        # its calls' events were never exported. The claim that finished replays step 3's
+        # call and makes hold_until's.
+        assert by_claim[:2] == [(first, 1, False, [call]), (first, 2, False, [call])]
+        assert by_claim[-1] == (last, STEPS, True,
+                                [(post_downstream.name, True, "done"), (hold_until.name, False, "done")])
+        for epoch, step, replaying, made in by_claim[2:-1]:  # a claim handed back between
+            assert (epoch, step, replaying) == (epoch, STEPS, True) and epoch not in (first, last)
+            assert made in ([], [(post_downstream.name, True, "done")]), story
+        for step in steps:
+            for event in step["events"]:
+                assert event["attributes"]["agentops.effect.key"].startswith(
+                    f"{run_id}:1:{step['attributes']['agentops.step']}:")
+                assert event["attributes"]["agentops.effect.attempt"] == 1
 
-        # downstream: one request per call that happened, each under its effect span
-        made = {s["attributes"]["agentops.effect.key"]: s["span_id"]
-                for s in spans(post_downstream.name, **{"agentops.effect.replayed": False})}
-        received = collector.received_headers()
-        assert sorted(h["idempotency-key"] for h in received) == sorted(made)
+        # downstream: one request per call that happened (the first worker's three), each
+        # under its step's span; the killed step's span never reached the collector
+        first_steps = {s["attributes"]["agentops.step"]: s["span_id"] for s in steps
+                       if epoch_of[s["parent_id"]] == first}
+        received = sorted(collector.received_headers(), key=lambda h: h["idempotency-key"])
+        assert [h["idempotency-key"] for h in received] == \
+            [f"{run_id}:1:{step}:0" for step in range(1, STEPS + 1)]
+        parents = []
         for headers in received:
             _, trace_id, parent_id, _ = headers["traceparent"].split("-")
             assert trace_id == CALLER_TRACE
-            assert parent_id == made[headers["idempotency-key"]]
+            parents.append(parent_id)
+        assert parents[:2] == [first_steps[1], first_steps[2]]
+        assert parents[2] not in {s["span_id"] for s in everything}
     finally:
         server.stop()
+        collector.close()
+
+
+def test_a_deploys_sigterm_exports_the_spans_of_the_runs_it_hands_back(
+        transactional_db, tmp_path, start_cluster):
+    """The batch processor's own schedule is an hour away: only the hand-off's flush
+    can send the worker's spans before the process exits."""
+    collector = Collector()
+    env = {**stack_env(tmp_path, collector), **LONG_SLICES, "OTEL_BSP_SCHEDULE_DELAY": "3600000"}
+    try:
+        cluster = start_cluster(workers=1, **env)
+        run_id = services.run_launch(user=None, agent="ticker",
+                                     inputs={"steps": 400, "delay": 0.05}).id
+        try:
+            wait_until(lambda: Run.objects.get(pk=run_id).step_no >= 3, 60, message="three steps")
+        except AssertionError as error:
+            run = Run.objects.get(pk=run_id)
+            raise AssertionError(f"{error}: {run.status} {run.lease_owner} step {run.step_no}\n"
+                                 f"{cluster.output()[-4000:]}") from None
+        holder = Run.objects.get(pk=run_id).lease_owner
+        cluster.signal(signal.SIGTERM)  # the deploy stops the old tree
+        cluster.proc.wait(60)
+        run = Run.objects.get(pk=run_id)
+        assert run.lease_owner is None and run.status == r.QUEUED  # handed back
+        assert collector.received, "nothing exported"
+        [claim] = run_spans(collector, run_id, "claim ticker")
+        assert claim["attributes"]["agentops.worker"] == holder
+        steps = sorted((s["attributes"]["agentops.step"], s) for s in
+                       run_spans(collector, run_id) if s["name"].startswith("step "))
+        # every step that ran, each with its call, but for one the hand-off cut short
+        # before its call (the stop is honoured at the next boundary: a step's or a call's)
+        assert [n for n, _ in steps] == list(range(1, len(steps) + 1))
+        assert len(steps) >= run.step_no
+        for n, step in steps:
+            if step["attributes"].get("agentops.step.ended_by") == "Stop":
+                assert (n, step["events"]) == (len(steps), [])
+            else:
+                assert [e["name"] for e in step["events"]] == [pause_for.name]
+    finally:
         collector.close()

@@ -1,4 +1,5 @@
-"""Operator-test helpers: an operator's client, runs launched and executed in-process."""
+"""Operator-test helpers: an operator's client, runs launched and executed in-process, an
+operator's browser page and the waits on its live updates."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from runs.durable.faults import faults
 from runs.models import Run
 from runs.operator.groups import ensure_operators_group
 from tests.operator import agents
+from tests.support.processes import wait_until
+from tests.web.conftest import browser, log_in, sockets, wait_caught_up  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(autouse=True)
@@ -94,34 +97,42 @@ def in_doubt_run(user, charges: int = 2) -> Run:
 
 
 # --- the browser -----------------------------------------------------------------------------
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+LIVE = '#live-indicator[data-state="live"]'
+# static/js/operator_live.js: the socket is watching and every fetch it or the fallback
+# started has been answered and drawn (an arrow function: the CSP allows no eval).
+QUIET = """() => { const s = window.opsLive;
+    return Boolean(s && s.live && s.answered >= s.refreshes + s.polls); }"""
+
+
+def wait_quiet(page) -> None:
+    """Wait until an operator page is live and drawn as it is now: its socket watches, and
+    the refresh it makes on (re)connecting, or any other fetch out, is answered and swapped
+    in. Before acting on a partial that a live refresh replaces (the dashboard's table,
+    the attention list): nothing replaces it under the action unless something changes."""
+    page.wait_for_selector(LIVE)
+    page.wait_for_function(QUIET)
+
+
+def wait_shown(page, run_id: str, status: str, timeout: float = 20) -> None:
+    """The run got to `status` (its workers' doing: `timeout` is theirs), and the operator
+    run page shows it: drawn at the run's last event, the page's own signal (the
+    #run-poller's data-live-seq). The summary and the controls are then those of that
+    status, and stay as they are until the run's course changes."""
+    wait_until(lambda: Run.objects.get(pk=run_id).status == status, timeout,
+               message=f"the run to be {status}")
+    wait_caught_up(page, run_id, "#run-poller")
+    assert page.get_attribute("#run-summary [data-status]", "data-status") == status
 
 
 @pytest.fixture
-def operator_page(monkeypatch, server, users):
-    """A browser page logged in as charlie on the real Daphne server. Started after
-    the database fixtures: Playwright's sync API keeps an event loop in this thread,
-    and the ORM calls the test makes between browser steps are plain sync calls."""
-    import os
-
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)")
-    from playwright.sync_api import sync_playwright
-
+def operator_page(server, users, browser):  # noqa: F811  (the fixture imported above)
+    """A browser page logged in as charlie on the real Daphne server, in a context of its
+    own in the module's Chromium (tests/web/conftest.py: `browser`, which lets the test's
+    ORM calls run beside Playwright's event loop in this thread)."""
     ensure_operators_group()
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1360, "height": 1000})
-        context.set_default_timeout(20_000)
-        page = context.new_page()
-        page.goto(f"{server.url}/login/")
-        page.fill("#id_username", "charlie")
-        page.fill("#id_password", "charlie-pass-1")
-        page.click("button[type=submit]")
-        page.wait_for_load_state()
-        yield page
-        context.close()
-        browser.close()
+    context = browser.new_context(viewport={"width": 1360, "height": 1000})
+    context.set_default_timeout(20_000)
+    page = context.new_page()
+    log_in(page, server.url, "charlie", "charlie-pass-1")
+    yield page
+    context.close()

@@ -8,6 +8,7 @@ import pytest
 
 from runs import services
 from runs.models import AuditEntry, Effect, Run, RunEvent
+from tests.operator.conftest import wait_quiet, wait_shown
 from tests.support.processes import wait_until
 from tests.web.conftest import screenshot
 
@@ -15,14 +16,12 @@ pytestmark = [pytest.mark.services, pytest.mark.browser, pytest.mark.django_db(t
 AGENTS = "tests.workload_agents,tests.operator.agents"
 
 
-def summary_status(page, status, timeout=30_000):  # a deadline, generous under load
-    page.wait_for_selector(f'#run-summary [data-status="{status}"]', timeout=timeout)
-
-
 def click_action(page, action, reason):
+    """Act from the controls as drawn (wait_shown first): the form posts, and the page
+    the action redirects to is loaded."""
     page.fill('#action-form input[name="reason"]', reason)
-    page.click(f'#action-form button[value="{action}"]')
-    page.wait_for_load_state()
+    with page.expect_navigation():
+        page.click(f'#action-form button[value="{action}"]')
 
 
 def test_operator_flow_in_a_browser(operator_page, server, start_cluster, faults_dir, users):
@@ -32,27 +31,26 @@ def test_operator_flow_in_a_browser(operator_page, server, start_cluster, faults
                               inputs={"steps": 400, "delay": 0.05, "charge": True})
     url = f"{server.url}/ops/runs/{run.pk}/"
     page.goto(url)
-    summary_status(page, "running")
     wait_until(lambda: Run.objects.get(pk=run.pk).step_no >= 3, 20, message="three steps")
+    wait_shown(page, run.pk, "running")
 
     # pause → paused, live; resume → running
     click_action(page, "pause", "browser pause")
-    summary_status(page, "paused")
-    assert Run.objects.get(pk=run.pk).status == "paused"
+    wait_shown(page, run.pk, "paused")
     click_action(page, "resume", "browser resume")
-    summary_status(page, "running")
+    wait_shown(page, run.pk, "running")
 
     # an action taken elsewhere shows live on this open page, and the reason the
     # operator was typing meanwhile survives the controls' redraw
     page.fill('#action-form input[name="reason"]', "go on")
     services.run_pause(run_id=run.pk, user=users["charlie"], reason="from the shell")
-    summary_status(page, "paused")
-    page.wait_for_selector('#audit li:has-text("from the shell")')
-    page.wait_for_selector('#action-form button[value="resume"]')  # the redrawn controls
+    wait_shown(page, run.pk, "paused")
+    assert page.locator('#audit li:has-text("from the shell")').count() == 1
+    assert page.locator('#action-form button[value="resume"]').count() == 1  # redrawn
     assert page.input_value('#action-form input[name="reason"]') == "go on"
-    page.click('#action-form button[value="resume"]')
-    page.wait_for_load_state()
-    summary_status(page, "running")
+    with page.expect_navigation():
+        page.click('#action-form button[value="resume"]')
+    wait_shown(page, run.pk, "running")
 
     # rollback with preview
     page.select_option('#rollback-pick select[name="checkpoint"]', "3")
@@ -65,13 +63,16 @@ def test_operator_flow_in_a_browser(operator_page, server, start_cluster, faults
     page.fill('#rollback-confirm input[name="reason"]', "browser rollback")
     page.click('#rollback-confirm button[type="submit"]')
     page.wait_for_url(url)
-    page.wait_for_selector('#run-branch:has-text("2")')
     wait_until(lambda: Effect.objects.filter(run_id=run.pk, branch=2).count() >= 2, 20,
                message="work on the new branch")
+    # Drawn running again on its new branch: the controls clicked next are not redrawn
+    # under the click (the run was queued, then claimed: each redraws them).
+    wait_shown(page, run.pk, "running")
+    assert page.inner_text("#run-branch") == "2"
 
     # edit the state: pause, edit, resume, and it finishes with the edited state
     click_action(page, "pause", "before the edit")
-    summary_status(page, "paused")
+    wait_shown(page, run.pk, "paused")
     page.click("#edit-state-link")
     page.wait_for_selector("#edit-state-form")
     page.fill("#id_path", "/i")
@@ -88,9 +89,9 @@ def test_operator_flow_in_a_browser(operator_page, server, start_cluster, faults
     page.wait_for_selector("#edit-preview")
     page.click("#edit-confirm")
     page.wait_for_url(url)
-    page.wait_for_selector('#run-branch:has-text("3")')
+    assert page.inner_text("#run-branch") == "3"
     click_action(page, "resume", "finish it")
-    summary_status(page, "succeeded", timeout=20_000)
+    wait_shown(page, run.pk, "succeeded")
     finished = Run.objects.get(pk=run.pk)
     assert finished.output == {"entries": 400, "total": -1 + 398 + 399}
     expected = [("pause", "browser pause"), ("resume", "browser resume"),
@@ -109,14 +110,18 @@ def test_operator_flow_in_a_browser(operator_page, server, start_cluster, faults
     wait_until(lambda: Run.objects.get(pk=doubtful.pk).status == "needs_attention", 30,
                message="in doubt")
     page.goto(f"{server.url}/ops/attention/")
-    page.wait_for_selector(f'section[data-run="{doubtful.pk}"] .in-doubt')
-    page.click(f'section[data-run="{doubtful.pk}"] header a')
+    wait_quiet(page)
+    assert page.locator(f'section[data-run="{doubtful.pk}"] .in-doubt').count() == 1
+    # followed, not clicked: any run's change (the workers' too) redraws the list
+    page.goto(server.url + page.get_attribute(f'section[data-run="{doubtful.pk}"] header a',
+                                              "href"))
     page.wait_for_selector("#resolve-form")
     page.check('#resolve-form input[value="done"]')
     page.fill("#resolve-form textarea", '{"charged": 0, "unit": "unit-0"}')
     page.fill('#resolve-form input[name="reason"]', "seen in the bank")
-    page.click('#resolve-form button[type="submit"]')
-    summary_status(page, "succeeded", timeout=20_000)
+    with page.expect_navigation():
+        page.click('#resolve-form button[type="submit"]')
+    wait_shown(page, doubtful.pk, "succeeded")
     key = Run.objects.get(pk=doubtful.pk).attention  # cleared once resolved
     assert key is None
     resolved = Effect.objects.get(run_id=doubtful.pk, step_no=1, seq=0)
@@ -124,13 +129,14 @@ def test_operator_flow_in_a_browser(operator_page, server, start_cluster, faults
     assert [(e.action, e.reason) for e in AuditEntry.objects.filter(run=doubtful)] == [
         ("resolve", "seen in the bank")]
 
-    # the Workers page: the cluster's processes by role; the worker killed above is
-    # listed as dead, its replacements as alive, and the cluster still works
+    # the Workers page: each tree's processes by role; the worker killed above ended
+    # its tree, which stopped working (its processes dead, or unknown once its last
+    # heartbeat is stale), and the fresh tree the restart loop started works
     page.goto(f"{server.url}/ops/workers/")
     working = '.cluster[data-working="yes"]'
-    page.wait_for_selector(f'{working} tr[data-role="sentinel"][data-alive="yes"]')
-    page.wait_for_selector(f'{working} tr[data-role="worker"][data-alive="no"]')
-    assert page.locator(f'{working} tr[data-role="worker"][data-alive="yes"]').count() >= 2
+    page.wait_for_selector('.cluster[data-working="no"] tr[data-role="worker"]')
+    page.wait_for_selector(f'{working} tr[data-role="worker"][data-alive="yes"]')
+    assert page.locator(f'{working} tr[data-role="worker"][data-alive="yes"]').count() == 2
     screenshot(page, "workers-page")
 
 

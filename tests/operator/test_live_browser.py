@@ -8,9 +8,8 @@ import pytest
 
 from runs import services
 from runs.durable import Outcome
-from tests.operator.conftest import drive, launch
-from tests.support.processes import wait_until
-from tests.web.conftest import screenshot
+from tests.operator.conftest import LIVE, drive, launch
+from tests.web.conftest import screenshot, wait_caught_up
 
 pytestmark = [pytest.mark.services, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 POLL_SECONDS = 0.4   # the fallback's period here: a poll, had there been one, comes fast
@@ -36,13 +35,23 @@ def partial_requests(page) -> list:
 def live_now(page, seen) -> None:
     """Wait for the socket to be live, then count from there (before, while it connects,
     the page may rightly poll)."""
-    page.wait_for_selector('#live-indicator[data-state="live"]')
+    page.wait_for_selector(LIVE)
     page.evaluate("window.opsLive.polls = 0; window.opsLive.ticks = 0")
     seen.clear()
 
 
 def row_status(page, run_id, status):
-    page.wait_for_selector(f'#runs-table tr[data-run="{run_id}"] [data-status="{status}"]')
+    """The dashboard's row drawn at the run's last event (the page's own signal: the row's
+    data-live-seq, as the server rendered it), and the status it shows."""
+    row = f'#runs-table tr[data-run="{run_id}"]'
+    wait_caught_up(page, run_id, row)
+    assert page.get_attribute(f"{row} [data-status]", "data-status") == status
+
+
+def wait_ticks(page, ticks: int) -> None:
+    """The fallback timer went round `ticks` times (an arrow function: the page's
+    Content-Security-Policy refuses an expression evaluated again at each poll)."""
+    page.wait_for_function("(n) => window.opsLive.ticks >= n", arg=ticks)
 
 
 def test_the_dashboard_and_a_run_page_update_over_the_websocket(operator_page, server, users):
@@ -58,10 +67,7 @@ def test_the_dashboard_and_a_run_page_update_over_the_websocket(operator_page, s
     row_status(page, run.pk, "cancelled")
     # The fallback timer went round several times while the socket was live and never
     # polled: every request the page made was one the socket asked for.
-    # Polled from here: wait_for_function evaluates its string in the page, which the
-    # Content-Security-Policy (no eval) refuses.
-    wait_until(lambda: page.evaluate("window.opsLive.ticks") >= 4, 30,
-               message="four ticks of the fallback timer")
+    wait_ticks(page, 4)
     assert page.evaluate("window.opsLive.polls") == 0
     assert seen and set(seen) == {"live"}, seen
     screenshot(page, "ops-dashboard")
@@ -70,13 +76,11 @@ def test_the_dashboard_and_a_run_page_update_over_the_websocket(operator_page, s
     live_now(page, seen)
     services.run_rollback(run_id=other.pk, checkpoint=2, user=users["charlie"],
                           reason="again from checkpoint 2", resume=False)
-    page.wait_for_selector('#run-summary [data-status="paused"]')
-    page.wait_for_selector('#run-branch:has-text("2")')
-    page.wait_for_selector('#audit li:has-text("again from checkpoint 2")')
-    # Polled from here: wait_for_function evaluates its string in the page, which the
-    # Content-Security-Policy (no eval) refuses.
-    wait_until(lambda: page.evaluate("window.opsLive.ticks") >= 4, 30,
-               message="four ticks of the fallback timer")
+    wait_caught_up(page, other.pk, "#run-poller")
+    assert page.get_attribute("#run-summary [data-status]", "data-status") == "paused"
+    assert page.inner_text("#run-branch") == "2"
+    assert page.locator('#audit li:has-text("again from checkpoint 2")').count() == 1
+    wait_ticks(page, 4)
     assert page.evaluate("window.opsLive.polls") == 0
     assert set(seen) == {"live"}, seen
     screenshot(page, "ops-run")

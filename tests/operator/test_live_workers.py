@@ -1,4 +1,4 @@
-"""Operator actions against runs on real qcluster workers: pause takes effect within
+"""Operator actions against runs on real worker trees: pause takes effect within
 2 s at the next effect boundary, and resume, roll back, edit state, cancel and the
 resolution of an in-doubt effect (after a worker was SIGKILLed) all land, with
 events and audit entries that match what was done."""

@@ -75,12 +75,6 @@ def test_the_prune_command(users, capsys, settings):
     assert retention.prune_task().startswith("dropped 0")
 
 
-def test_a_schedule_applies_it():
-    from django_q.models import Schedule
-
-    assert Schedule.objects.filter(func="runs.storage.retention.prune_task").count() == 1
-
-
 def test_the_bases_of_a_kept_patch_checkpoint_are_kept():
     rows = [{"number": n, "branch": 1, "step_no": n, "parent_number": None,
              "base_number": n - 1 if n > 3 else None} for n in range(1, 7)]

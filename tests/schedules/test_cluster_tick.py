@@ -1,4 +1,4 @@
-"""The schedules' tick runs in the worker runtime: a real qcluster (two of them, to show
+"""The schedules' tick runs in the worker runtime: a real worker tree (two of them, to show
 that a slot is launched once) launches a schedule's runs, and they run."""
 
 from __future__ import annotations

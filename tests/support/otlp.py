@@ -32,6 +32,7 @@ class Collector:
     def __init__(self, keep: bool = True):
         self.keep = keep
         self.received = 0
+        self.received_events = 0
         self.spans: list[dict] = []
         self.bodies: list[bytes] = []  # each export request as it came (kept ones only)
         # cleared: what arrives is kept but not answered until it is set (a hung collector)
@@ -39,16 +40,26 @@ class Collector:
         self.answering.set()
         self.downstream: list[dict] = []
         self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server = None
+        self._listen(0)
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
+
+    def _listen(self, port: int) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
+        """Stop listening: a request now finds its connection refused (a collector down)."""
         self.answering.set()
-        self.server.shutdown()
-        self.server.server_close()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    def reopen(self) -> None:
+        """Listen again on the same port (the collector back), keeping what it received."""
+        self._listen(self.port)
 
     def snapshot(self) -> list[dict]:
         with self._lock:
@@ -62,10 +73,11 @@ class Collector:
         request = ExportTraceServiceRequest()
         request.ParseFromString(body)
         if not self.keep:
-            count = sum(len(scope_spans.spans) for resource_spans in request.resource_spans
-                        for scope_spans in resource_spans.scope_spans)
+            spans = [span for resource_spans in request.resource_spans
+                     for scope_spans in resource_spans.scope_spans for span in scope_spans.spans]
             with self._lock:
-                self.received += count
+                self.received += len(spans)
+                self.received_events += sum(len(span.events) for span in spans)
             return
         spans = []
         for resource_spans in request.resource_spans:
@@ -77,12 +89,16 @@ class Collector:
                         "parent_id": span.parent_span_id.hex(), "name": span.name,
                         "start": span.start_time_unix_nano, "end": span.end_time_unix_nano,
                         "attributes": {a.key: _value(a.value) for a in span.attributes},
-                        "events": [e.name for e in span.events],
+                        "events": [{"name": e.name, "time": e.time_unix_nano,
+                                    "attributes": {a.key: _value(a.value) for a in e.attributes}}
+                                   for e in span.events],
+                        "dropped_events": span.dropped_events_count,
                         "pid": resource.get("process.pid"), "resource": resource})
         with self._lock:
             self.spans.extend(spans)
             self.bodies.append(body)
             self.received += len(spans)
+            self.received_events += sum(len(span["events"]) for span in spans)
 
     def _handler(self):
         collector = self
@@ -111,8 +127,8 @@ class Collector:
                     self.send_error(404)
                     return
                 with collector._lock:
-                    received = collector.received
-                self._answer(json.dumps({"spans": received}).encode(), "application/json")
+                    received = {"spans": collector.received, "events": collector.received_events}
+                self._answer(json.dumps(received).encode(), "application/json")
 
             def _answer(self, body: bytes, content_type: str):
                 self.send_response(200)

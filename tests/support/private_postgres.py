@@ -4,7 +4,7 @@ Database-fault tests must not touch a server that other test sessions share, and
 they must run the same in the SQLite pass of CI: each brings its own server
 (initdb in a temporary directory, on a free port, no fsync), migrates it, and
 points this process's default connection at it for the duration, so the
-fixtures of tests.support.processes start Daphne and qcluster on it too.
+fixtures of tests.support.processes start Daphne and worker trees on it too.
 """
 
 from __future__ import annotations

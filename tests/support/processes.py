@@ -1,7 +1,7 @@
-"""Real processes for tests: a Daphne server and qcluster workers on the test database.
+"""Real processes for tests: a Daphne server and worker trees on the test database.
 
 They run in their own sessions (process groups) so a test can signal one
-process or a whole cluster, as a supervisor would.
+process or a whole tree, as a supervisor would.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -21,13 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # For a test that needs a run's claim to end only by what the test does (a kill, a
 # freeze, a database fault), on a machine as loaded as CI's (six streams on two cores,
-# a load of 14): no time slice ends during the test...
+# a load of 14): no time slice ends during the test.
 LONG_SLICES = {"AGENTOPS_TIME_SLICE": 600, "AGENTOPS_UNCONTENDED_SLICE": 600}
-# ... and the cluster's liveness checks (tasks queued while every worker looks idle, a
-# silent guard loop or main) do not misread a starved machine and replace its workers,
-# which hand their runs back. A death still ends the generation at once.
-QUIET_LIVENESS = {"AGENTOPS_WATCHDOG_SECONDS": 120, "AGENTOPS_SENTINEL_STALE": 120,
-                  "AGENTOPS_MAIN_STALE": 240}
 
 
 def free_port() -> int:
@@ -132,57 +128,93 @@ class Server(Managed):
 
 
 class Cluster(Managed):
-    """`manage.py qcluster` (main process, sentinel, and its worker processes), or with
-    supervised=True `manage.py worker`, the supervisor that runs and restarts it."""
+    """`manage.py worker` (a main process and its worker processes) under a restart loop
+    in this process, as a service manager keeps it (systemd's Restart=, docs/workers.md):
+    when the tree ends damaged (a non-zero exit) a fresh one starts; an exit 0 (a stop
+    signal) ends it. `proc` and `pid` are the current tree's main; `restart=False`
+    leaves a damaged tree ended, for a test of the tree itself. `wrapper` runs the command
+    through another (a worker host in a network namespace: tests/support/netns.py); it
+    must exec the command, so that `pid` is the tree's main."""
 
-    def __init__(self, tmp_path: Path, workers: int = 2, name: str = "c", supervised: bool = False,
-                 ready_timeout: float = 90.0, **env):
+    def __init__(self, tmp_path: Path, workers: int = 2, name: str = "c", restart: bool = True,
+                 ready_timeout: float = 90.0, wrapper: tuple[str, ...] = (), **env):
         env.setdefault("AGENTOPS_WORKERS", workers)
         self.pid_dir = tmp_path / f"pids-{name}-{time.monotonic_ns()}"
         self.pid_dir.mkdir()
         env["AGENTOPS_WORKER_PID_DIR"] = self.pid_dir
-        command = "worker" if supervised else "qcluster"
-        super().__init__([sys.executable, "manage.py", command], process_env(**env),
-                         tmp_path / f"{command}-{name}-{time.monotonic_ns()}.log")
+        self.args = [*wrapper, sys.executable, "manage.py", "worker"]
+        self.env = process_env(**env)
+        super().__init__(self.args, self.env, tmp_path / f"worker-{name}-{time.monotonic_ns()}.log")
         self.workers = workers
-        wait_until(lambda: len(self.worker_pids()) >= workers or self._dead(), ready_timeout,
-                   message="qcluster workers")
+        self.mains = [self.proc]   # every tree started, the current one last
+        self.restart = restart
+        self.stopping = False
+        self.lock = threading.Lock()
+        if restart:
+            threading.Thread(target=self._keep, name=f"restart-{name}", daemon=True).start()
+        wait_until(lambda: len(self.tree_workers()) >= workers or self._dead(), ready_timeout,
+                   message="the worker tree")
+
+    def _keep(self) -> None:
+        while True:
+            started = time.monotonic()
+            if self.proc.wait() == 0:
+                return
+            if time.monotonic() - started < 1.0:  # one that cannot start: not in a tight loop
+                time.sleep(1.0)
+            with self.lock:
+                if self.stopping:
+                    return
+                self.proc = subprocess.Popen(self.args, cwd=ROOT, env=self.env, stdout=self.log,
+                                             stderr=subprocess.STDOUT, start_new_session=True)
+                self.mains.append(self.proc)
 
     def _dead(self):
-        if not self.alive():
-            raise AssertionError(f"qcluster exited:\n{self.output()[-3000:]}")
+        if not self.alive() and (self.proc.returncode == 0 or not self.restart):
+            raise AssertionError(f"the worker tree exited:\n{self.output()[-3000:]}")
         return False
 
     def role_pids(self, role: str) -> list[int]:
-        """Live processes of this cluster in a role (main, sentinel, worker, pusher,
-        monitor): each writes a file role-pid when it starts (runs/worker/cluster/roles.py)."""
+        """Live processes of this cluster's trees in a role (main, worker): each writes a
+        file role-pid when it starts (runs/worker/roles.py)."""
         pids = [int(p.name.split("-")[1]) for p in self.pid_dir.glob(f"{role}-*")]
         return [pid for pid in pids if is_running(pid)]
 
     def worker_pids(self) -> list[int]:
+        """Every live worker, an old tree's still handing its runs back included."""
         return self.role_pids("worker")
 
-    def tree_ready(self) -> bool:
-        """One live main and sentinel, a pusher, a monitor and every worker, all idle."""
-        counts = {role: len(self.role_pids(role)) for role in ("main", "sentinel", "pusher", "monitor")}
-        return set(counts.values()) == {1} and len(self.idle_workers()) == self.workers
+    def tree_workers(self) -> list[int]:
+        """The live workers of the current tree."""
+        try:
+            children = psutil.Process(self.proc.pid).children()
+        except psutil.NoSuchProcess:
+            return []
+        return [p.pid for p in children if p.pid in set(self.worker_pids())]
 
     def idle_workers(self) -> list[int]:
-        idle = []
-        for pid in self.worker_pids():
-            try:
-                if " ".join(psutil.Process(pid).cmdline()).split()[-1:] == ["idle"]:
-                    idle.append(pid)
-            except psutil.Error:
-                pass
-        return idle
+        """The current tree's workers that hold no run."""
+        from runs.models import Run
+
+        owners = Run.objects.filter(lease_owner__isnull=False).values_list("lease_owner", flat=True)
+        busy = {int(owner.split(":")[1]) for owner in owners}
+        return [pid for pid in self.tree_workers() if pid not in busy]
+
+    def tree_ready(self) -> bool:
+        """One live main, the current one, with every worker, none of them stopped, and
+        no process of an old tree left."""
+        workers = self.tree_workers()
+        return self.role_pids("main") == [self.proc.pid] and len(workers) == self.workers \
+            and sorted(workers) == sorted(self.worker_pids()) \
+            and not any(is_stopped(pid) for pid in workers)
 
     def stop(self, timeout: float = 10.0) -> None:
+        with self.lock:
+            self.stopping = True
         super().stop(timeout)
-        # Under `manage.py worker` each qcluster main leads a process group of its own.
-        for main in self.pid_dir.glob("main-*"):
+        for main in self.mains:  # each tree in a process group of its own
             try:
-                os.killpg(int(main.name.split("-")[1]), signal.SIGKILL)
+                os.killpg(main.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
 
@@ -191,6 +223,13 @@ class Cluster(Managed):
             return [self.pid] + [p.pid for p in psutil.Process(self.pid).children(recursive=True)]
         except psutil.NoSuchProcess:
             return []
+
+
+def is_stopped(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    except psutil.NoSuchProcess:
+        return False
 
 
 def is_running(pid: int) -> bool:

@@ -52,3 +52,20 @@ class EchoChat(Agent):
         state["messages"].append(ctx.call(echo_words, f"you said: {question}"))
         state["listening"] = True
         return state
+
+
+YES_OR_NO = {"type": "object", "properties": {"approve": {"type": "boolean"}},
+             "required": ["approve"], "additionalProperties": False}
+
+
+@agent("yes_or_no_chat", version="1")
+class YesOrNoChat(Agent):
+    """A chat whose one question takes no chat message: only {"approve": true|false}."""
+
+    conversation = "messages"
+
+    def start(self, inputs):
+        return {"messages": []}
+
+    def step(self, ctx, state):
+        return Done(ctx.wait_for_input("approve?", schema=YES_OR_NO))

@@ -4,9 +4,11 @@ websocket communicators with a real session, and a browser."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 from django.test import Client
 
 import tests.workload_agents  # noqa: F401  (registers ticker, ask, shout, steps here too)
@@ -56,6 +58,36 @@ def launch_and_drive(users):
     return run
 
 
+# --- websocket communicators -----------------------------------------------------------------
+class Sockets:
+    """The WebsocketCommunicators a test connected (`sockets(communicator)` once it called
+    connect), each disconnected at the test's end. One left open (a socket the server
+    closed too: its consumer runs until the client's disconnect) would be cancelled with
+    the test's event loop, which a live consumer takes for Daphne stopping: it then waits
+    CLOSE_WAIT_SECONDS for a closing reply that never comes (runs/live/shutdown.py)."""
+
+    DISCONNECT_SECONDS = 10  # the consumer's own end on the client's disconnect, under load
+
+    def __init__(self):
+        self.connected = []
+
+    def __call__(self, communicator):
+        self.connected.append(communicator)
+        return communicator
+
+    async def disconnect_all(self) -> None:
+        for communicator in self.connected:
+            if not communicator.future.done():  # its application still runs
+                await communicator.disconnect(timeout=self.DISCONNECT_SECONDS)
+
+
+@pytest_asyncio.fixture
+async def sockets():
+    connected = Sockets()
+    yield connected
+    await connected.disconnect_all()
+
+
 # --- the browser -----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def browser():
@@ -86,6 +118,56 @@ def browser_context(browser):
     context.set_default_timeout(20_000)
     yield context
     context.close()
+
+
+# --- the page's own signal that a live update has been applied (static/js/live.js) ------------
+DRAWN_AT = """([selector, seq]) => [...document.querySelectorAll(selector)]
+    .some((e) => Number(e.dataset.liveSeq) >= seq)"""
+# An arrow function, never a bare expression: Playwright evaluates a bare one again at each
+# poll, which the Content-Security-Policy (no eval) refuses; a function it compiles once.
+APPLIED_MORE = "(n) => Number(document.body.dataset.liveApplied) > n"
+
+
+def head(run_id: str) -> int:
+    """The run's last event number, as committed."""
+    return Run.objects.get(pk=run_id).event_seq
+
+
+def wait_drawn(page, seq: int, selector: str = "#run-page", timeout: float | None = None) -> None:
+    """Wait until `selector` (the run page, a row of the run list, the operator run page's
+    #run-poller) shows the run's events up to `seq` with what they made stale redrawn:
+    the page's own signal, data-live-seq. Without `timeout`, the context's default."""
+    page.wait_for_function(DRAWN_AT, arg=[selector, seq],
+                           timeout=None if timeout is None else timeout * 1000)
+
+
+def wait_caught_up(page, run_id: str, selector: str = "#run-page") -> int:
+    """Wait until the page shows the run as it is now (its last committed event); returns
+    that event number. Before acting on live content: nothing is redrawn under the action
+    unless the run moves again."""
+    seq = head(run_id)
+    wait_drawn(page, seq, selector)
+    return seq
+
+
+def applied_count(page) -> int:
+    """How many live updates the page has applied so far (<body data-live-applied>)."""
+    return int(page.get_attribute("body", "data-live-applied") or 0)
+
+
+def wait_applied_after(page, count: int) -> None:
+    """Wait until the page has applied a live update after the `count`-th."""
+    page.wait_for_function(APPLIED_MORE, arg=count)
+
+
+def wait_in_browser(page, predicate, what: str, timeout: float = 20) -> None:
+    """Wait for a condition that route handlers or page events make true (a request held,
+    a count they keep): Playwright runs them only while this thread is inside one of its
+    calls, hence the short browser waits between looks."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        page.wait_for_timeout(50)
 
 
 def screenshot(page, name: str) -> Path:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from runs.models import Run
-from tests.web.conftest import drive, log_in, screenshot
+from tests.web.conftest import drive, log_in, screenshot, wait_caught_up
 
 pytestmark = [pytest.mark.browser, pytest.mark.services]
 
@@ -31,8 +31,9 @@ def test_the_tree_on_the_run_page_follows_the_children(users, server, browser,
 
     drive(first.pk)  # ends, and wakes the parent, which spawns the third child
     drive(parent.pk)
-    page.wait_for_selector(f'#run-children tr[data-child="{first.pk}"] .status-succeeded')
-    page.wait_for_selector("#run-children tbody tr:nth-child(3)")
+    wait_caught_up(page, parent.pk)  # the parent's events applied, its children panel redrawn
+    assert page.locator(f'#run-children tr[data-child="{first.pk}"] .status-succeeded').count() == 1
+    assert page.locator("#run-children tbody tr").count() == 3
     screenshot(page, "run-page-children")
 
     page.click(f'#run-children tr[data-child="{second.pk}"] a')

@@ -7,17 +7,18 @@ refused a refresh, the run list's rows of runs that end together."""
 
 from __future__ import annotations
 
-import time
+import threading
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 import tests.web.lister_agent  # noqa: F401  (registers lister)
 from runs import services
 from runs.models import Run, RunEvent
-from tests.web.conftest import log_in, screenshot
+from tests.support.processes import wait_until
+from tests.web.conftest import head, log_in, screenshot, wait_caught_up, wait_drawn, wait_in_browser
 from tests.web.test_stalls_shown import hold
 
 pytestmark = [pytest.mark.browser, pytest.mark.services]
@@ -35,15 +36,6 @@ DURATION_EDGES = """() => {
 }"""
 
 
-def wait_in_browser(page, predicate, what: str, timeout: float = 20) -> None:
-    """Wait for a condition that route handlers make true: Playwright runs them only
-    while this thread is inside one of its calls, hence the short browser waits."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        page.wait_for_timeout(50)
-
-
 def append_effect_event(run_id: str, step: int) -> None:
     """An effect of a later step, as the engine writes it: the event and the run's head
     in one transaction (the live feed follows event_seq)."""
@@ -58,12 +50,14 @@ def append_effect_event(run_id: str, step: int) -> None:
 def test_the_run_page_at_1280_px(users, server, browser, launch_and_drive):
     run = launch_and_drive("lister", {"fail_at": 14})  # checkpoints at steps 0, 5, 10
     assert (run.status, run.step_no) == ("failed", 10)
-    hold(run.pk)  # a worker holds it again: a running run, so the page shows an ETA
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     errors = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     log_in(page, server.url, "alice", "alice-pass-1")
+    # A worker holds it again (a lease of 30 s, taken just before the page asks): a running
+    # run, so the page shows an ETA.
+    hold(run.pk)
     page.goto(f"{server.url}/runs/{run.pk}/")
     page.wait_for_selector(LIVE)
 
@@ -79,7 +73,8 @@ def test_the_run_page_at_1280_px(users, server, browser, launch_and_drive):
     screenshot(page, "run-page-1280")
 
     append_effect_event(run.pk, 15)
-    page.wait_for_function("() => document.getElementById('run-step').textContent === '15'")
+    wait_caught_up(page, run.pk)  # the event applied, the effects panel it made stale redrawn
+    assert page.inner_text("#run-step") == "15"
     assert not errors, errors
     context.close()
 
@@ -96,6 +91,7 @@ def test_panels_made_stale_while_a_checkpoint_loads_are_not_dropped(
     log_in(page, server.url, "alice", "alice-pass-1")
     page.goto(f"{server.url}/runs/{run.pk}/")
     page.wait_for_selector(LIVE)
+    wait_caught_up(page, run.pk)  # the timeline clicked next is the one drawn
     page.evaluate("""() => { window.panelCalls = []; const ajax = window.htmx.ajax;
         window.htmx.ajax = function (verb, path, context) {
           if (String(path).includes('/panels/')) window.panelCalls.push(String(path));
@@ -111,8 +107,8 @@ def test_panels_made_stale_while_a_checkpoint_loads_are_not_dropped(
     page.wait_for_function("() => window.panelCalls.some(p => p.includes('p=effects'))")
     loading[0].continue_()
     page.wait_for_selector("#checkpoint-state h3")
-    page.wait_for_function("() => document.getElementById('panel-actions').textContent"
-                           ".includes('cancelling at the next effect boundary')", timeout=10_000)
+    wait_caught_up(page, run.pk)  # every panel the cancel and the effect made stale, redrawn
+    assert "cancelling at the next effect boundary" in page.inner_text("#panel-actions")
     assert page.locator("#panel-actions button").count() == 0
     context.close()
 
@@ -148,8 +144,11 @@ def test_the_run_list_redraws_every_row_of_runs_that_end_together(users, server,
     page.wait_for_selector(f"#run-row-{ids[1]} .status-succeeded")
     end_run(ids[2])
     page.wait_for_selector(f"#run-row-{ids[2]} .status-succeeded")
+    # the page's signal: the first row is not drawn at its end while its redraw is held
+    assert int(page.get_attribute(f"#run-row-{ids[0]}", "data-live-seq")) < head(ids[0])
     held[0].continue_()
-    wait_in_browser(page, lambda: len(asked) >= 3, "a request for every ended row")
+    for run_id in ids:  # each ended row redrawn from the server's, the held one too
+        wait_drawn(page, head(run_id), f"#run-row-{run_id}")
     assert sorted(asked) == sorted(ids)
 
 
@@ -173,6 +172,97 @@ def test_a_panel_refresh_the_server_refused_is_asked_for_again(users, server, br
 
     page.route(f"**/runs/{run_id}/panels/**", panels)
     services.run_cancel(run_id=run_id, user=users["alice"], reason="enough")  # running: asks
-    page.wait_for_function("() => document.getElementById('panel-actions').textContent"
-                           ".includes('cancelling at the next effect boundary')", timeout=10_000)
+    wait_caught_up(page, run_id)  # drawn once a refresh was answered: the second one
+    assert "cancelling at the next effect boundary" in page.inner_text("#panel-actions")
     assert answered[0] == 503 and answered[-1] == 200
+
+
+LOG_HAS = "(seq) => Number(document.getElementById('run-page').dataset.lastSeq) >= seq"
+
+
+def test_the_page_signals_an_event_once_the_panels_it_made_stale_are_redrawn(
+        users, server, browser_context):
+    """The page's own signal (static/js/live.js, docs/operator-live.md): #run-page's
+    data-live-seq reaches an event once the panels that event made stale are redrawn: not
+    while their refresh is out, not for a later event that made no panel stale, not when
+    the server refused the refresh; once it is answered."""
+    run_id = services.run_launch(user=users["alice"], agent="ticker", inputs={"steps": 5}).pk
+    page = browser_context.new_page()
+    log_in(page, server.url, "alice", "alice-pass-1")
+    hold(run_id)
+    page.goto(f"{server.url}/runs/{run_id}/")
+    page.wait_for_selector(LIVE)
+    before = wait_caught_up(page, run_id)
+    held = []
+    page.route(f"**/runs/{run_id}/panels/**", lambda route: held.append(route))
+
+    def signal() -> int:
+        return int(page.get_attribute("#run-page", "data-live-seq"))
+
+    append_effect_event(run_id, 1)  # the effects panel is stale
+    page.wait_for_function(LOG_HAS, arg=head(run_id))  # its line is drawn at once
+    wait_in_browser(page, lambda: held, "the refresh of the effects panel")
+    assert signal() == before
+    seq = append_log_event(run_id)  # no panel: drawn at once, but the effect's is still out
+    page.wait_for_function(LOG_HAS, arg=seq)
+    assert signal() == before
+    held[0].fulfill(status=503, body="the database is unavailable")
+    wait_in_browser(page, lambda: len(held) == 2, "the refresh asked for again")
+    assert signal() == before  # refused: not drawn
+    held[1].continue_()
+    wait_drawn(page, seq)
+    assert page.get_attribute("#run-page", "data-last-seq") == str(seq)
+
+
+def append_log_event(run_id: str) -> int:
+    with transaction.atomic():
+        Run.objects.filter(pk=run_id).update(event_seq=F("event_seq") + 1)
+        seq = Run.objects.get(pk=run_id).event_seq
+        RunEvent.objects.create(run_id=run_id, seq=seq, kind="log", data={"message": "a line"})
+    return seq
+
+
+def test_the_signal_follows_a_run_that_keeps_making_panels_stale(users, server,
+                                                                  browser_context):
+    """A run whose events make a panel stale again before each fetch of it is answered (the
+    page fetches panels one at a time, 0.6 s apart at most): the page's signal still
+    moves, to the event each answered fetch covers, not only once nothing is left to
+    fetch (which never comes while the run moves)."""
+    run_id = services.run_launch(user=users["alice"], agent="ticker", inputs={"steps": 5}).pk
+    page = browser_context.new_page()
+    log_in(page, server.url, "alice", "alice-pass-1")
+    hold(run_id)
+    page.goto(f"{server.url}/runs/{run_id}/")
+    page.wait_for_selector(LIVE)
+    before = wait_caught_up(page, run_id)
+    held = []
+    page.route(f"**/runs/{run_id}/panels/**", lambda route: held.append(route))
+    stop = threading.Event()
+
+    def effects():  # the run's pace, not a wait: an effect every 0.1 s until told to stop
+        try:
+            step = 1
+            while not stop.wait(0.1):
+                append_effect_event(run_id, step)
+                step += 1
+        finally:
+            connection.close()
+
+    writer = threading.Thread(target=effects)
+    writer.start()
+    try:
+        moved = wait_until(lambda: (seq := head(run_id)) >= before + 5 and seq, 20,
+                           message="five effects")
+        for _ in range(20):  # each fetch answered once a later effect made the panel stale
+            # a fetch is asked for once the one before it was answered and drawn
+            wait_in_browser(page, lambda: held, "a fetch of the effects panel")
+            if int(page.get_attribute("#run-page", "data-live-seq")) >= moved:
+                break
+            drawn = int(page.get_attribute("#run-page", "data-last-seq"))
+            page.wait_for_function(LOG_HAS, arg=drawn + 1)
+            held.pop(0).continue_()
+        assert int(page.get_attribute("#run-page", "data-live-seq")) >= moved
+        assert writer.is_alive()  # it drew them while they came
+    finally:
+        stop.set()
+        writer.join()

@@ -28,17 +28,20 @@ def half_run(user) -> str:
 
 def test_a_run_page_shows_a_stall_live_and_its_end(users, server, browser_context):
     run_id = half_run(users["alice"])
-    hold(run_id)
     page = browser_context.new_page()
     log_in(page, server.url, "alice", "alice-pass-1")
+    hold(run_id)  # a lease of 30 s, taken just before the page asks
     page.goto(f"{server.url}/runs/{run_id}/")
     page.wait_for_selector(LIVE)
     assert page.text_content("#run-status").strip() == "running"
     assert page.is_visible("#run-progress .progress.is-running")
     assert page.is_hidden("#run-stall")
 
+    # A stall comes with no event: the page's signal is its own data-stalled, set as the
+    # socket's stall message is drawn (static/js/run.js).
     lose_lease(run_id)
-    page.wait_for_selector("#run-status .badge.status-stalled", timeout=10_000)
+    page.wait_for_selector("#run-page[data-stalled]", state="attached")
+    assert page.locator("#run-status .badge.status-stalled").count() == 1
     assert page.text_content("#run-status").strip() == "stalled"
     assert page.query_selector("#run-progress .progress.is-running") is None
     assert page.text_content("#run-eta") == "—"
@@ -49,7 +52,8 @@ def test_a_run_page_shows_a_stall_live_and_its_end(users, server, browser_contex
     screenshot(page, "run-page-stalled")
 
     hold(run_id)
-    page.wait_for_selector("#run-status .badge.status-running", timeout=10_000)
+    page.wait_for_selector("#run-page:not([data-stalled])", state="attached")
+    assert page.locator("#run-status .badge.status-running").count() == 1
     assert page.is_visible("#run-progress .progress.is-running")
     assert page.is_hidden("#run-stall")
     assert page.text_content("#live-indicator .live-text") == "live"

@@ -22,9 +22,10 @@ from django.utils import timezone
 
 from agentops.asgi import application
 from runs import selectors, services
-from runs.live import consumers
-from runs.live.notify import run_group
+from runs.live import hub as live_hub
+from runs.live import socket as live_socket
 from runs.models import Run, RunEvent
+from runs.wakeups import run_group
 from tests.web.conftest import drive
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
@@ -81,7 +82,7 @@ async def sockets():
             await communicator.disconnect(timeout=2)
     # The consumers' database threads keep their connections (CONN_MAX_AGE): close them,
     # or the test database cannot be dropped at the end.
-    hub = consumers._hub
+    hub = live_hub._hub
     if hub is not None and hub.loop is asyncio.get_running_loop() and hub.stopping is not None:
         await asyncio.wait([hub.stopping], timeout=5)  # the hub closes its own
     await database_sync_to_async(connections.close_all)()
@@ -288,25 +289,25 @@ async def test_garbage_gets_a_clear_error_and_the_socket_stays_usable(sockets, c
 
 async def test_a_flood_of_garbage_closes_the_socket_cleanly(sockets, cookies, finished_run):
     communicator, _, _ = await sockets(f"/ws/runs/{finished_run.pk}/", cookies["alice"])
-    for _ in range(consumers.MAX_ERRORS):
+    for _ in range(live_socket.MAX_ERRORS):
         await communicator.send_to(text_data="garbage")
         assert (await receive(communicator))["type"] == "error"
     closed = await communicator.receive_output(timeout=2)
-    assert closed == {"type": "websocket.close", "code": consumers.CLOSE_PROTOCOL}
+    assert closed == {"type": "websocket.close", "code": live_socket.CLOSE_PROTOCOL}
 
 
 # --- who may connect ----------------------------------------------------------------------------
 async def test_an_anonymous_socket_is_refused(sockets, finished_run):
     for path in (f"/ws/runs/{finished_run.pk}/", "/ws/runs/"):
         _, connected, code = await sockets(path)
-        assert not connected and code == consumers.CLOSE_UNAUTHENTICATED
+        assert not connected and code == live_socket.CLOSE_UNAUTHENTICATED
 
 
 async def test_another_users_run_is_refused_like_a_missing_one(sockets, cookies, finished_run):
     _, connected, code = await sockets(f"/ws/runs/{finished_run.pk}/", cookies["bob"])
-    assert not connected and code == consumers.CLOSE_NOT_FOUND
+    assert not connected and code == live_socket.CLOSE_NOT_FOUND
     _, connected, code = await sockets("/ws/runs/no-such-run/", cookies["bob"])
-    assert not connected and code == consumers.CLOSE_NOT_FOUND
+    assert not connected and code == live_socket.CLOSE_NOT_FOUND
 
 
 async def test_a_foreign_origin_is_refused(sockets, cookies, finished_run):
@@ -401,7 +402,7 @@ async def test_a_wake_up_through_the_channel_layer_needs_no_poll(settings, monke
     communicator, _, _ = await sockets(f"/ws/runs/{finished_run.pk}/", cookies["alice"])
     await communicator.send_json_to({"type": "hello", "after": finished_run.event_seq})
     await receive(communicator)
-    feed = consumers.hub().feeds[finished_run.pk]
+    feed = live_hub.hub().feeds[finished_run.pk]
     await eventually(lambda: feed.head == finished_run.event_seq,
                      "the hub's first poll (of a new feed)")
     assert len(polls) == 1

@@ -17,7 +17,7 @@ from django.test import Client
 from agentops.asgi import application
 from runs import services
 from runs.live import access as live_access
-from runs.live import consumers
+from runs.live import socket as live_socket
 from runs.models import Run
 from runs.operator.groups import ensure_operators_group
 from tests.web.conftest import drive
@@ -32,16 +32,18 @@ def logged_in(username: str, password: str) -> Client:
     return client
 
 
-async def open_socket(path: str, client: Client):
+async def open_socket(sockets, path: str, client: Client):
+    """Connect to `path` with the client's session; `sockets` (the fixture) disconnects
+    the communicator at the test's end."""
     headers = [(b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1"),
                (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())]
     communicator = WebsocketCommunicator(application, path, headers=headers)
     connected, code = await communicator.connect(timeout=5)
-    return communicator, connected, code
+    return sockets(communicator), connected, code
 
 
-async def open_run_socket(run_id: str, client: Client) -> WebsocketCommunicator:
-    communicator, connected, code = await open_socket(f"/ws/runs/{run_id}/", client)
+async def open_run_socket(sockets, run_id: str, client: Client) -> WebsocketCommunicator:
+    communicator, connected, code = await open_socket(sockets, f"/ws/runs/{run_id}/", client)
     assert connected, code
     await communicator.send_json_to({"type": "hello", "after": 0})
     assert (await communicator.receive_json_from(timeout=5))["type"] == "welcome"
@@ -69,28 +71,28 @@ def alices_run(users):
     return drive(run.pk)
 
 
-async def test_logout_closes_the_open_socket_of_that_session(alices_run):
+async def test_logout_closes_the_open_socket_of_that_session(alices_run, sockets):
     alice = await sync_to_async(logged_in)("alice", "alice-pass-1")
     elsewhere = await sync_to_async(logged_in)("alice", "alice-pass-1")  # another browser
-    socket = await open_run_socket(alices_run.pk, alice)
-    other = await open_run_socket(alices_run.pk, elsewhere)
+    socket = await open_run_socket(sockets, alices_run.pk, alice)
+    other = await open_run_socket(sockets, alices_run.pk, elsewhere)
 
     response = await sync_to_async(alice.post)("/logout/")
     assert response.status_code == 302
 
     assert await closed_with(socket) == live_access.CLOSE_ACCESS_CHANGED
-    _, connected, code = await open_socket(f"/ws/runs/{alices_run.pk}/", alice)
-    assert (connected, code) == (False, consumers.CLOSE_UNAUTHENTICATED)
+    _, connected, code = await open_socket(sockets, f"/ws/runs/{alices_run.pk}/", alice)
+    assert (connected, code) == (False, live_socket.CLOSE_UNAUTHENTICATED)
     assert await still_open(other), "another session of alice's was closed"
-    await other.disconnect()
 
 
-async def test_a_password_change_and_a_deactivation_close_the_users_sockets(users, alices_run):
+async def test_a_password_change_and_a_deactivation_close_the_users_sockets(users, alices_run,
+                                                                            sockets):
     alice = await sync_to_async(logged_in)("alice", "alice-pass-1")
     bob = await sync_to_async(logged_in)("bob", "bob-pass-1")
-    run_socket = await open_run_socket(alices_run.pk, alice)
-    list_socket, connected, _ = await open_socket("/ws/runs/", alice)
-    bobs_socket, bob_connected, _ = await open_socket("/ws/runs/", bob)
+    run_socket = await open_run_socket(sockets, alices_run.pk, alice)
+    list_socket, connected, _ = await open_socket(sockets, "/ws/runs/", alice)
+    bobs_socket, bob_connected, _ = await open_socket(sockets, "/ws/runs/", bob)
     assert connected and bob_connected
 
     def change_password():
@@ -103,28 +105,28 @@ async def test_a_password_change_and_a_deactivation_close_the_users_sockets(user
     assert await closed_with(list_socket) == live_access.CLOSE_ACCESS_CHANGED
     assert await still_open(bobs_socket)
 
-    bob_again = await open_run_socket_for_list(bob)
+    bob_again = await open_run_socket_for_list(sockets, bob)
     await sync_to_async(type(users["bob"]).objects.filter(username="bob").update)(
         is_active=False)  # a queryset update sends no signal: the recheck must find it
     await sync_to_async(live_access.access_changed)(users=[users["bob"].pk])
     assert await closed_with(bob_again) == live_access.CLOSE_ACCESS_CHANGED
     assert await closed_with(bobs_socket) == live_access.CLOSE_ACCESS_CHANGED
-    _, connected, code = await open_socket("/ws/runs/", bob)
-    assert (connected, code) == (False, consumers.CLOSE_UNAUTHENTICATED)
+    _, connected, code = await open_socket(sockets, "/ws/runs/", bob)
+    assert (connected, code) == (False, live_socket.CLOSE_UNAUTHENTICATED)
 
 
-async def open_run_socket_for_list(client):
-    communicator, connected, code = await open_socket("/ws/runs/", client)
+async def open_run_socket_for_list(sockets, client):
+    communicator, connected, code = await open_socket(sockets, "/ws/runs/", client)
     assert connected, code
     return communicator
 
 
-async def test_an_operator_who_loses_the_permission_loses_the_operator_views(users,
-                                                                             alices_run):
+async def test_an_operator_who_loses_the_permission_loses_the_operator_views(users, alices_run,
+                                                                             sockets):
     await sync_to_async(ensure_operators_group)()
     charlie = await sync_to_async(logged_in)("charlie", "charlie-pass-1")
-    socket = await open_run_socket(alices_run.pk, charlie)  # alice's run: only as an operator
-    own_list, connected, _ = await open_socket("/ws/runs/", charlie)
+    socket = await open_run_socket(sockets, alices_run.pk, charlie)  # alice's: as an operator
+    own_list, connected, _ = await open_socket(sockets, "/ws/runs/", charlie)
     assert connected
     assert (await sync_to_async(charlie.get)("/ops/")).status_code == 200
 
@@ -133,8 +135,7 @@ async def test_an_operator_who_loses_the_permission_loses_the_operator_views(use
 
     await sync_to_async(leave_operators)()
     assert await closed_with(socket) == live_access.CLOSE_ACCESS_CHANGED
-    _, connected, code = await open_socket(f"/ws/runs/{alices_run.pk}/", charlie)
-    assert (connected, code) == (False, consumers.CLOSE_NOT_FOUND)
+    _, connected, code = await open_socket(sockets, f"/ws/runs/{alices_run.pk}/", charlie)
+    assert (connected, code) == (False, live_socket.CLOSE_NOT_FOUND)
     assert (await sync_to_async(charlie.get)("/ops/")).status_code in (302, 403)
     assert await still_open(own_list), "his own run list needs no permission"
-    await own_list.disconnect()

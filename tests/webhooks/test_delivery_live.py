@@ -1,4 +1,4 @@
-"""Webhooks on real qcluster processes, to a real endpoint that refuses and then accepts.
+"""Webhooks on real worker trees, to a real endpoint that refuses and then accepts.
 
 The runs whose events are delivered end while the endpoint still refuses everything:
 a dead endpoint costs them nothing (their events are written as always; the deliveries

@@ -1,9 +1,10 @@
 """Template helpers of the ledger, budgets and approvals."""
 
 from django import template
+from django.utils import timezone
 
-from runs.durable import approvals as a
-from runs.durable.gates import money
+from runs.durable.policies import approvals as a
+from runs.durable.policies.budget import money
 
 from .. import ledger, selectors
 
@@ -39,6 +40,14 @@ def budget_text(budget) -> str:
     if budget.get("tokens") is not None:
         parts.append(f"{int(budget['tokens']):,} tokens")
     return " and ".join(parts) or "none"
+
+
+@register.simple_tag
+def past_deadline(approval) -> bool:
+    """A pending request whose deadline has passed: no answer can be given any more
+    (services.decide_approval refuses it; the fallback applies when the run goes on)."""
+    return (approval.status == a.PENDING and approval.deadline is not None
+            and approval.deadline <= timezone.now())
 
 
 @register.simple_tag(takes_context=True)

@@ -2,7 +2,7 @@
 
 from django.db import migrations, models
 
-import runs.durable.limits
+import runs.durable.policies.limits
 
 
 class Migration(migrations.Migration):
@@ -34,7 +34,7 @@ class Migration(migrations.Migration):
             name='LimitState',
             fields=[
                 ('name', models.CharField(max_length=100, primary_key=True, serialize=False)),
-                ('state', models.JSONField(default=runs.durable.limits.empty_state)),
+                ('state', models.JSONField(default=runs.durable.policies.limits.empty_state)),
                 ('version', models.BigIntegerField(default=0)),
                 ('updated_at', models.DateTimeField(auto_now=True)),
             ],

@@ -11,11 +11,16 @@ from django.core.management.base import BaseCommand, CommandError
 
 from runs import services
 from runs.budgets import cli as budgets_cli
+from runs.chat import cli as chat_cli
+from runs.deploys import cli as deploys_cli
+from runs.deploys.words import event_line, version_wait
 from runs.durable import DurableError, Outcome, execute_run
 from runs.durable.records import FINAL_STATUSES, NEEDS_ATTENTION, SUCCEEDED
+from runs.management import cli_arguments as arguments
 from runs.models import Run, RunEvent
 from runs.operator.forms import ResolveForm, RollbackForm, RunActionForm
-from runs.selectors import run_children
+from runs.operator.selectors import id_prefix_q
+from runs.selectors import run_children, with_checkpoints
 from runs.web import untrusted
 from runs.web.views.retrying import retrying
 from runs.worker.config import worker_config
@@ -42,10 +47,13 @@ class Command(BaseCommand):
             return p
 
         sub.add_parser = add_with_json
-        _add_run_subcommands(sub)
-        _add_control_subcommands(sub)
-        _add_maintenance_subcommands(sub)
-        budgets_cli.add_subcommands(sub, _subcommand, _add_control_arguments)
+        arguments.add_run_subcommands(sub)
+        arguments.add_control_subcommands(sub)
+        chat_cli.add_subcommands(sub, arguments.subcommand, arguments.RUN_ID_HELP,
+                                 arguments.USER_HELP)
+        arguments.add_maintenance_subcommands(sub)
+        deploys_cli.add_subcommands(sub, arguments.subcommand)
+        budgets_cli.add_subcommands(sub, arguments.subcommand, arguments.add_control_arguments)
 
     def handle(self, *args, **opts):
         self.as_json = opts["json"]
@@ -98,9 +106,9 @@ class Command(BaseCommand):
         # Like `tail -f`: what happens from now on; --from N replays from event N.
         after = run.event_seq if opts["from_seq"] is None else opts["from_seq"] - 1
         if opts["from_seq"] is None and _ended(run):
-            self._note(f"run {run.id} has ended ({run.status}); --from 1 prints its events")
+            self.note(f"run {run.id} has ended ({run.status}); --from 1 prints its events")
         else:
-            self._note(f"following run {run.id} from event {after + 1}")
+            self.note(f"following run {run.id} from event {after + 1}")
         return self._follow(run.id, opts["timeout"], quiet=False, after=after)
 
     def do_execute(self, opts):
@@ -132,7 +140,7 @@ class Command(BaseCommand):
 
     def _control(self, service, opts, **extra):
         run_id = _get(opts["run_id"]).id
-        action = CONTROLS[opts["subcommand"]][0]
+        action = arguments.CONTROLS[opts["subcommand"]][0]
         data = _valid(RunActionForm({"action": action, "reason": opts["reason"]}))
         self._print_run(service(run_id=run_id, user=_actor(opts), reason=data["reason"], **extra))
 
@@ -150,6 +158,13 @@ class Command(BaseCommand):
         reason = _valid(RunActionForm({"action": "resume", "reason": opts["reason"]}))["reason"]
         budgets_cli.handle(self, opts["subcommand"], run, opts, _actor(opts), reason)
         self._print_run(_get(run.id))
+
+    def do_answer(self, opts):  # runs/chat/cli.py
+        run = _get(opts["run_id"])
+        chat_cli.handle(self, opts["subcommand"], run, opts, _user(opts["user"]), _json_arg)
+        self._print_run(_get(run.id))
+
+    do_send = do_answer
 
     def do_rollback(self, opts):
         run_id = _get(opts["run_id"]).id
@@ -178,7 +193,10 @@ class Command(BaseCommand):
     def do_sweep(self, opts):
         from runs.worker.sweep import sweep
 
-        self.stdout.write(f"enqueued {sweep()} run(s)")
+        self.stdout.write(f"expired {sweep()} lease(s) of dead local workers; side jobs run")
+
+    def do_replay_check(self, opts):  # runs/deploys/cli.py
+        deploys_cli.handle(self, opts)
 
     def do_prune(self, opts):
         from runs.storage.retention import prune
@@ -203,6 +221,9 @@ class Command(BaseCommand):
         if run.stall:
             self.stdout.write(f"  STALLED since {run.stall.since.isoformat(timespec='seconds')}: "
                               f"{run.stall.why}")
+        waits = version_wait(run.status, run.attention)
+        if waits and not run.stall:  # a stalled one says it in its why
+            self.stdout.write(f"  WAITING FOR ITS CODE: {waits.get('message', '')}")
         retry = retrying(run.status, run.attention)
         if retry:
             self.stdout.write(f"  {retry.text()} (at "
@@ -220,7 +241,7 @@ class Command(BaseCommand):
             for child in _children(run):  # docs/children.md
                 self.stdout.write(f"  child: {child.id}  {child.agent}  {child.status}")
 
-    def _note(self, text):
+    def note(self, text):
         """A line for the person at the terminal, kept out of stdout (and so of --json)."""
         self.stderr.write(text, style_func=str)
         self.stderr.flush()
@@ -231,116 +252,26 @@ class Command(BaseCommand):
             # The run row first: its events up to its event_seq committed with it, so a
             # run seen ended has all its events in the read below.
             run = Run.objects.get(pk=run_id)
-            events = list(RunEvent.objects.filter(run_id=run_id, seq__gt=seen).order_by("seq"))
+            events = with_checkpoints(list(RunEvent.objects.filter(run_id=run_id, seq__gt=seen)
+                                           .order_by("seq")))
             for event in events:
                 seen = event.seq
                 if not quiet:
-                    line = event.as_message() if self.as_json else f"#{event.seq} {event.kind} {json.dumps(event.data)}"
+                    line = event.as_message() if self.as_json else event_line(event)
                     self.stdout.write(json.dumps(line) if self.as_json else line)
             self.stdout.flush()  # a pipe (`runs watch ID | grep ...`) sees each batch at once
-            if _ended(run):
+            asks = chat_cli.waits_for_input(run.status, run.attention)
+            if _ended(run) or asks:
                 if quiet:
                     self._print_run(run, full=True)
+                if asks:
+                    chat_cli.stop_waiting(self, run.id, run.attention, self.as_json)
                 if run.status != SUCCEEDED:
                     sys.exit(1)
                 return
             if time.monotonic() > deadline:
                 raise CommandError(f"run {run_id} still {run.status} after {timeout} s")
             time.sleep(0.2)
-
-
-# --- the subcommands' arguments ---------------------------------------------------------------
-RUN_ID_HELP = "the run's id, or a unique prefix of at least 6 characters"
-REASON_HELP = "why (required: it goes into the audit trail, as in the operator pages)"
-USER_HELP = "the acting user's username (default: the audit trail says 'cli')"
-
-
-def _subcommand(sub, name, summary, description=None):
-    """`summary` shows in `manage.py runs --help`, `description` in `runs NAME --help`."""
-    return sub.add_parser(name, help=summary, description=description or summary)
-
-
-def _add_run_subcommands(sub):
-    p = _subcommand(sub, "launch", "launch a run of AGENT",
-                    "Launch a run of AGENT with the given inputs (validated against the "
-                    "agent's input schema) and print it; a worker picks it up.")
-    p.add_argument("agent", help="the agent's name (the launch page lists them)")
-    p.add_argument("--input", default="{}", help="the inputs, a JSON object (default: {})")
-    p.add_argument("--user", default=None, help="the owner's username (default: no owner)")
-    p.add_argument("--wait", action="store_true",
-                   help="wait until the run ends; exit 1 unless it succeeded")
-    p.add_argument("--timeout", type=float, default=3600, help="seconds --wait waits (3600)")
-    p.add_argument("--idempotency-key", default=None,
-                   help="with --url: the same key and inputs launch one run, however often")
-    p = _subcommand(sub, "list", "list runs, newest first")
-    p.add_argument("--status", default=None, help="only runs with this status, e.g. running")
-    p.add_argument("--limit", type=int, default=20, help="how many runs (20)")
-    p = _subcommand(sub, "show", "show one run: status, step, lease, inputs, output, error")
-    p.add_argument("run_id", help=RUN_ID_HELP)
-    p = _subcommand(sub, "watch", "print a run's events as they happen, until it ends",
-                    "Follow a run's events from now (or from event N with --from) until the "
-                    "run ends or needs attention; exit 1 unless it succeeded.")
-    p.add_argument("run_id", help=RUN_ID_HELP)
-    p.add_argument("--from", dest="from_seq", type=int, default=None, metavar="N",
-                   help="start at event N (1: the whole history) instead of now")
-    p.add_argument("--timeout", type=float, default=3600, help="seconds to follow at most (3600)")
-    p = _subcommand(sub, "execute", "run a run in this process until it ends or waits",
-                    "Claim the run and execute it here, without a worker (for scripts and "
-                    "debugging); refused while another worker holds it.")
-    p.add_argument("run_id", help=RUN_ID_HELP)
-
-
-CONTROLS = {  # subcommand: (RunActionForm action, help)
-    "pause": ("pause", "pause a run at its next effect boundary"),
-    "resume": ("resume", "resume a paused run (or retry a failed one from its last checkpoint)"),
-    "cancel": ("cancel", "cancel a run at its next effect boundary"),
-    "retry-now": ("retry_now", "start a waiting retry's next attempt now"),
-    "give-up": ("give_up", "stop retrying: the call fails with a tool error the agent sees"),
-}
-
-
-def _add_control_subcommands(sub):
-    for name, (_, summary) in CONTROLS.items():
-        p = _subcommand(sub, name, summary)
-        _add_control_arguments(p)
-        if name == "resume":
-            p.add_argument("--upgrade", action="store_true",
-                           help="continue on the agent's current version (new branch)")
-    p = _subcommand(sub, "rollback", "roll a run back to a checkpoint (a new branch)",
-                    "Roll the run back to checkpoint K: it continues on a new branch with new "
-                    "idempotency keys. --preview only prints what would be undone.")
-    _add_control_arguments(p)
-    p.add_argument("--checkpoint", type=int, required=True, metavar="K",
-                   help="the checkpoint's number")
-    p.add_argument("--then", choices=["resume", "pause"], default=None,
-                   help="after the rollback the run resumes, or stays paused "
-                        "(default: paused if it was paused, else it resumes)")
-    p.add_argument("--children", choices=list(RollbackForm.CHILDREN), default="cancel",
-                   help="the child runs launched by the spawns it undoes: cancel those not "
-                        "ended (default), or keep them running (docs/children.md)")
-    p.add_argument("--preview", action="store_true",
-                   help="only show what would be undone (needs no reason)")
-    p = _subcommand(sub, "resolve", "answer an in-doubt effect (it happened, retry it, skip it)")
-    _add_control_arguments(p)
-    p.add_argument("--effect", type=int, required=True, help="the effect's seq in its step")
-    p.add_argument("--as", dest="resolution", choices=list(ResolveForm.RESOLUTIONS),
-                   required=True, help="done: it happened; retry: call again under the same "
-                                       "key; skip: the call returns --result")
-    p.add_argument("--result", default="null", help="the call's result, JSON (done/skip)")
-
-
-def _add_control_arguments(p):
-    p.add_argument("run_id", help=RUN_ID_HELP)
-    p.add_argument("--reason", default="", help=REASON_HELP)
-    p.add_argument("--user", default=None, help=USER_HELP)
-
-
-def _add_maintenance_subcommands(sub):
-    _subcommand(sub, "sweep", "enqueue every run that is due now",
-                "Enqueue every due run (queued and unleased, running with an expired lease, "
-                "waiting on a timer that is due), as the cluster's recovery sweep does.")
-    p = _subcommand(sub, "prune", "apply the checkpoint retention policy (runs/storage/retention.py)")
-    p.add_argument("--dry-run", action="store_true", help="only say what would be dropped")
 
 
 def _valid(form) -> dict:
@@ -370,7 +301,7 @@ def _json_arg(text, name):
 
 
 def _get(run_id) -> Run:
-    matches = list(Run.objects.filter(pk__startswith=run_id)[:2]) if len(run_id) >= 6 else []
+    matches = list(Run.objects.filter(id_prefix_q(run_id))[:2]) if len(run_id) >= 6 else []
     if len(matches) != 1:
         raise CommandError(f"no run with id {run_id!r}" if not matches else
                            f"run id {run_id!r} is ambiguous")
@@ -396,7 +327,9 @@ def _run_dict(run, full=False):
             "progress": [run.progress_done, run.progress_total],
             "owner": run.owner.get_username() if run.owner else None,
             "created_at": run.created_at.isoformat(),
-            "stall": run.stall.as_dict() if run.stall else None}
+            "stall": run.stall.as_dict() if run.stall else None,
+            "code_fingerprint": run.code_fingerprint,
+            "version_wait": (version_wait(run.status, run.attention) or {}).get("message")}
     retry = retrying(run.status, run.attention)
     data["retrying"] = retry.text() if retry else None
     if full:

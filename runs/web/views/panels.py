@@ -8,6 +8,7 @@ from django.template.loader import render_to_string
 from runs import selectors
 from runs.budgets.ledger import family_totals
 from runs.chat.models import MAX_MESSAGE_CHARS
+from runs.chat.selectors import queued_messages
 from runs.chat.services import waiting_for_message
 from runs.chat.transcript import conversation_key, transcript
 from runs.durable import records as r
@@ -79,7 +80,7 @@ def chat_context(run, *, error: str = "") -> dict:
     if conversation_key(run) is None:
         return {"is_chat": False, "conversation": {"messages": [], "step": 0}}
     return {"is_chat": True, "conversation": transcript(run),
-            "chat_queued": selectors.chat_queued(run), "chat_error": error,
+            "chat_queued": queued_messages(run), "chat_error": error,
             "chat_waiting": waiting_for_message(run), "chat_max": MAX_MESSAGE_CHARS,
             "chat_ended": run.status in r.FINAL_STATUSES}
 

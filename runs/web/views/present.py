@@ -6,11 +6,13 @@ Everything here returns plain text or numbers; templates and the browser escape 
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 
+from runs.deploys.words import moved_text
 from runs.durable import records as r
-from runs.durable.gates import money
+from runs.durable.policies.budget import money
 from runs.web.views.retrying import attempt_text, retrying
 
 STATUS_LABELS = {
@@ -98,55 +100,73 @@ def _budget_text(budget) -> str:
     return " and ".join(parts) or "none"
 
 
+def _progress_text(data: dict) -> str:
+    done, total = data.get("done", 0), data.get("total", 0)
+    text = f"progress {done:g}/{total:g}" if isinstance(done, (int, float)) and isinstance(
+        total, (int, float)) else f"progress {done}/{total}"
+    return text + (f" · {data['message']}" if data.get("message") else "")
+
+
+def _checkpoint_text(data: dict) -> str:
+    if "step" not in data:  # its row is gone (retention): the event holds the number only
+        return f"checkpoint #{data.get('number')}"
+    return (f"checkpoint #{data.get('number')} at step {data.get('step')} "
+            f"(branch {data.get('branch')}, {human_bytes(data.get('size'))}"
+            + (f", {data['reason']}" if data.get("reason") not in (None, "step") else "")
+            + ")")
+
+
+def _stream_text(data: dict) -> str:
+    count = len(str(data.get("text", "")))
+    return (f"{data.get('tool', '?')} streamed {count} character{'' if count == 1 else 's'} "
+            f"(attempt {data.get('attempt', '?')}, from {data.get('offset', '?')})")
+
+
+def _audit_text(data: dict) -> str:
+    text = f"{data.get('actor', '?')}: {data.get('action', '?')}"
+    return text + (f" — {data['reason']}" if data.get("reason") else "")
+
+
+def _gate_text(data: dict) -> str:
+    return (f"{short_tool(data.get('tool', ''))}: approved by {data['approved_by']}"
+            if data.get("approved_by") else f"{data.get('tool', '')} allowed")
+
+
+def _fork_text(verb: str, data: dict) -> str:
+    """A new branch: a rollback, a state edit or an upgrade."""
+    return (f"{verb} checkpoint #{data.get('from_checkpoint')} → branch {data.get('branch')} "
+            f"at step {data.get('step')}")
+
+
+EVENT_TEXT = {  # kind -> the line of an event's data
+    "log": lambda data: str(data.get("message", "")),
+    "status": _status_text,
+    "progress": _progress_text,
+    "effect": _effect_text,
+    "attempt": attempt_text,
+    "checkpoint": _checkpoint_text,
+    "stream": _stream_text,
+    "output": lambda data: "output ready",
+    "child": lambda data: (f"spawned a child run of {data.get('agent', '?')}: "
+                           f"{str(data.get('run_id', ''))[:8]}"),
+    "input_requested": lambda data: f"waiting for input: {data.get('prompt', '')}",
+    "input_received": lambda data: "input received",
+    "control": lambda data: f"{data.get('action', '?')} requested",
+    "audit": _audit_text,
+    "gate": _gate_text,
+    "budget": lambda data: f"budget set to {_budget_text(data.get('budget'))}",
+    "version": moved_text,  # moved to another code of its agent (docs/deploys.md)
+    "rollback": functools.partial(_fork_text, "rolled back to"),
+    "edit": functools.partial(_fork_text, "state edited from"),
+    "upgrade": functools.partial(_fork_text, "upgraded from"),
+}
+
+
 def describe_event(kind: str, data) -> str:
     """One line of plain text for an event."""
     data = data if isinstance(data, dict) else {"value": data}
-    if kind == "log":
-        return str(data.get("message", ""))
-    if kind == "status":
-        return _status_text(data)
-    if kind == "progress":
-        done, total = data.get("done", 0), data.get("total", 0)
-        text = f"progress {done:g}/{total:g}" if isinstance(done, (int, float)) and isinstance(
-            total, (int, float)) else f"progress {done}/{total}"
-        return text + (f" · {data['message']}" if data.get("message") else "")
-    if kind == "effect":
-        return _effect_text(data)
-    if kind == "attempt":
-        return attempt_text(data)
-    if kind == "checkpoint":
-        return (f"checkpoint #{data.get('number')} at step {data.get('step')} "
-                f"(branch {data.get('branch')}, {human_bytes(data.get('size'))}"
-                + (f", {data['reason']}" if data.get("reason") not in (None, "step") else "")
-                + ")")
-    if kind == "stream":
-        text = str(data.get("text", ""))
-        return (f"{data.get('tool', '?')} streamed {len(text)} characters "
-                f"(attempt {data.get('attempt', '?')}, from {data.get('offset', '?')})")
-    if kind == "output":
-        return "output ready"
-    if kind == "child":
-        return f"spawned a child run of {data.get('agent', '?')}: {str(data.get('run_id', ''))[:8]}"
-    if kind == "input_requested":
-        return f"waiting for input: {data.get('prompt', '')}"
-    if kind == "input_received":
-        return "input received"
-    if kind == "control":
-        return f"{data.get('action', '?')} requested"
-    if kind == "audit":
-        text = f"{data.get('actor', '?')}: {data.get('action', '?')}"
-        return text + (f" — {data['reason']}" if data.get("reason") else "")
-    if kind == "gate":
-        return (f"{short_tool(data.get('tool', ''))}: approved by {data['approved_by']}"
-                if data.get("approved_by") else f"{data.get('tool', '')} allowed")
-    if kind == "budget":
-        return f"budget set to {_budget_text(data.get('budget'))}"
-    if kind in ("rollback", "edit", "upgrade"):
-        verb = {"rollback": "rolled back to", "edit": "state edited from",
-                "upgrade": "upgraded from"}[kind]
-        return (f"{verb} checkpoint #{data.get('from_checkpoint')} → branch {data.get('branch')} "
-                f"at step {data.get('step')}")
-    return f"{kind} {_compact(data)}"
+    text = EVENT_TEXT.get(kind)
+    return text(data) if text is not None else f"{kind} {_compact(data)}"
 
 
 def event_message(event) -> dict:
@@ -230,10 +250,7 @@ def build_timeline(run, checkpoints, troubles) -> Timeline:
     (rollback, edit, upgrade), failures and attention stops, and the run's head."""
     branches = sorted({c.branch for c in checkpoints} | {run.branch})
     lane_y = {b: TOP + i * LANE for i, b in enumerate(branches)}
-    max_step = max([run.step_no, 1] + [c.step_no for c in checkpoints]
-                   + [int(e.data.get("step") or 0) for e in troubles])
-    if run.progress_total and run.status not in r.FINAL_STATUSES and run.progress_done:
-        max_step = max(max_step, run.step_no + 1)
+    max_step = _max_step(run, checkpoints, troubles)
     span = WIDTH - 2 * PAD_X
 
     def x_of(step) -> float:
@@ -242,14 +259,36 @@ def build_timeline(run, checkpoints, troubles) -> Timeline:
     radius = max(2.5, min(6.0, span / max(len(checkpoints), 1) / 2.5))
     tl = Timeline(width=WIDTH, height=TOP + LANE * (len(branches) - 1) + 26, max_step=max_step,
                   radius=round(radius, 2))
+    tl.lanes = [_lane(run, checkpoints, b, lane_y[b], x_of) for b in branches]
+    _add_checkpoints(tl, checkpoints, lane_y, x_of)
+    tl.troubles = [_trouble(run, checkpoints, e, lane_y, x_of) for e in troubles]
+    if run.status not in r.FINAL_STATUSES:
+        tl.head = {"x": x_of(run.step_no), "y": lane_y[run.branch], "status": run.status,
+                   "r": tl.radius + 3}
+    tl.ticks = [{"x": x_of(s), "label": s} for s in _ticks(max_step)]
+    tl.tick_bottom, tl.label_y = tl.height - 14, tl.height - 3
+    return tl
+
+
+def _max_step(run, checkpoints, troubles) -> int:
+    max_step = max([run.step_no, 1] + [c.step_no for c in checkpoints]
+                   + [int(e.data.get("step") or 0) for e in troubles])
+    if run.progress_total and run.status not in r.FINAL_STATUSES and run.progress_done:
+        max_step = max(max_step, run.step_no + 1)
+    return max_step
+
+
+def _lane(run, checkpoints, branch: int, y: float, x_of) -> Lane:
+    on_branch = [c for c in checkpoints if c.branch == branch]
+    first = min(on_branch, key=lambda c: c.number, default=None)
+    start = first.step_no if first else 0
+    end = max([c.step_no for c in on_branch] + ([run.step_no] if branch == run.branch else []))
+    return Lane(branch, y, x_of(start), x_of(max(end, start)), branch == run.branch, y + 3)
+
+
+def _add_checkpoints(tl: Timeline, checkpoints, lane_y: dict, x_of) -> None:
+    """A mark per checkpoint, and a fork where one's parent is on another branch."""
     by_number = {c.number: c for c in checkpoints}
-    for b in branches:
-        on_branch = [c for c in checkpoints if c.branch == b]
-        first = min(on_branch, key=lambda c: c.number, default=None)
-        start = first.step_no if first else 0
-        end = max([c.step_no for c in on_branch] + ([run.step_no] if b == run.branch else []))
-        tl.lanes.append(Lane(b, lane_y[b], x_of(start), x_of(max(end, start)), b == run.branch,
-                             lane_y[b] + 3))
     for c in checkpoints:
         tl.marks.append(Mark(c.number, c.branch, c.step_no, c.reason, x_of(c.step_no),
                              lane_y[c.branch], c.size, c.created_at, c.parent_number))
@@ -258,18 +297,15 @@ def build_timeline(run, checkpoints, troubles) -> Timeline:
             tl.forks.append({"x1": x_of(parent.step_no), "y1": lane_y[parent.branch],
                              "x2": x_of(c.step_no), "y2": lane_y[c.branch], "reason": c.reason,
                              "number": c.number})
-    for e in troubles:
-        branch = _branch_at(checkpoints, e.created_at, run.branch)
-        x, y = x_of(int(e.data.get("step") or run.step_no)), lane_y.get(branch, TOP)
-        tl.troubles.append({"d": f"M {x - 5} {y - 5} L {x + 5} {y + 5} M {x + 5} {y - 5} "
-                                 f"L {x - 5} {y + 5}", "status": e.data.get("status"),
-                            "text": describe_event(e.kind, e.data), "seq": e.seq})
-    if run.status not in r.FINAL_STATUSES:
-        tl.head = {"x": x_of(run.step_no), "y": lane_y[run.branch], "status": run.status,
-                   "r": tl.radius + 3}
-    tl.ticks = [{"x": x_of(s), "label": s} for s in _ticks(max_step)]
-    tl.tick_bottom, tl.label_y = tl.height - 14, tl.height - 3
-    return tl
+
+
+def _trouble(run, checkpoints, event, lane_y: dict, x_of) -> dict:
+    """A cross where a failure or an attention stop happened."""
+    branch = _branch_at(checkpoints, event.created_at, run.branch)
+    x, y = x_of(int(event.data.get("step") or run.step_no)), lane_y.get(branch, TOP)
+    return {"d": f"M {x - 5} {y - 5} L {x + 5} {y + 5} M {x + 5} {y - 5} L {x - 5} {y + 5}",
+            "status": event.data.get("status"), "text": describe_event(event.kind, event.data),
+            "seq": event.seq}
 
 
 def _branch_at(checkpoints, when, default: int) -> int:

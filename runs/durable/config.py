@@ -1,0 +1,39 @@
+"""What a worker gives the engine: who it is, how long a lease and a slice last, and the
+policies and hooks of its deployment. `execute_run(store, run_id, config)` runs under it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .policies.gates import DEFAULT_GATES
+from .versions import Codes
+
+
+@dataclass
+class WorkerConfig:
+    owner: str
+    lease_seconds: float = 10.0
+    slice_seconds: float = 5.0
+    crash_loop_limit: int = 3
+    # Asked before every new call (runs/durable/policies/gates.py): budgets, approvals.
+    gates: tuple = DEFAULT_GATES
+    # price(model, prompt_tokens, completion_tokens) -> dollars, for metered calls
+    # (runs/durable/policies/metering.py); None: usage is counted in tokens, at no cost.
+    price: Callable[[str, int, int], float] | None = None
+    # launched(run_id): a child run was launched (docs/children.md); the runtime hands
+    # it to a worker at once instead of waiting for the sweep.
+    launched: Callable[[str], None] | None = None
+    # The runs of which code this worker claims (runs/durable/versions.py); None: any.
+    codes: Codes | None = None
+    # thread_ended(): called by every thread the engine starts (a LeaseRenewer, the calls
+    # of a ctx.parallel group) as it ends. A store whose connections are per thread
+    # closes the thread's here (runs/storage: `OrmStore.close_thread_resources`, Django's
+    # connections being per thread); None: nothing to close (MemoryStore).
+    thread_ended: Callable[[], None] | None = None
+
+
+def thread_ended(config: WorkerConfig) -> None:
+    """A thread of the engine's own ends (WorkerConfig.thread_ended)."""
+    if config.thread_ended is not None:
+        config.thread_ended()

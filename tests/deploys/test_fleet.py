@@ -1,0 +1,50 @@
+"""How soon a worker of new code learns that the tree of the old code stopped
+(runs/worker/fleet.py): at its next poll for due runs, not when its read of the
+heartbeats has aged. No clock moves in these tests: the fleet's is frozen."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from runs.durable import versions
+from runs.models import WorkerHeartbeat
+from runs.worker import execute, fleet
+
+from .conftest import REG, REG_V2, handed_off, launch
+
+
+@pytest.fixture
+def frozen_fleet(monkeypatch):
+    """The fleet's cache, empty, on a clock that never moves."""
+    monkeypatch.setattr(fleet, "_cache", {"at": -1e9, "live": None})
+    monkeypatch.setattr(fleet, "time", types.SimpleNamespace(monotonic=lambda: 1000.0))
+
+
+def tree(host: str, codes: dict) -> WorkerHeartbeat:
+    return WorkerHeartbeat.objects.create(host=host, pid=1, codes=codes)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_poll_takes_over_the_runs_of_a_tree_that_stopped_at_once(frozen_fleet,
+                                                                   code_on_disk):
+    run_id = handed_off(launch())  # queued on v1, handed back by its tree
+    old = tree("old-tree", versions.codes_of([REG.agents["writer"]]))
+    code_on_disk(REG_V2)  # this worker: v2, beside the old tree
+    assert execute._due_runs([], 5) == []  # v1's tree is alive: the run is pinned to it
+    old.stopping = True  # the deploy stops it
+    old.save()
+    assert execute._due_runs([], 5) == [run_id]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_another_code_of_its_agents_a_poll_keeps_its_read(frozen_fleet, code_on_disk,
+                                                                  django_assert_num_queries):
+    code_on_disk(REG_V2)
+    tree("this-tree", fleet.own_codes())
+    with django_assert_num_queries(1):
+        first = fleet.worker_codes(polling=True)
+    with django_assert_num_queries(0):
+        assert fleet.worker_codes(polling=True) == first
+    assert first.taken == frozenset()

@@ -15,8 +15,8 @@ here alone:
     upgrade never makes a logged effect again, wherever the new code asks for it;
   * a patch marker (ctx.patched) is found at its position; a position the history
     filled with something else, or passed, was recorded by code without the patch;
-  * `settling`: after a crash, until the first new call: that call may be the one
-    the dead worker left in flight. A cancel (there at the claim, or landing while
+  * `settling`: after a session that ended mid-step (a crash, a store failure), until
+    the first new call: that call may be the one the last session left in flight. A cancel (there at the claim, or landing while
     the step replays towards that call) first settles the step: the call, if
     idempotent, is issued again under its key (the target dedups), so the effect
     log shows every write the outside world may hold. No other new effect, and never

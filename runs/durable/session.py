@@ -98,8 +98,11 @@ class RunSession:
                                 claim.run.lease_expires_at or 0.0, claim.run.control)
         self.suspended_for = 0.0
         self.store_error: BaseException | None = None  # why the run was ABANDONED
-        # Filled from the load; settling (see runs/durable/replay.py) after a crash.
-        self.replay = ReplayState(settling=claim.crashed)
+        # Filled from the load; settling (see runs/durable/replay.py) when the last
+        # session ended mid-step: a crash, or a store failure whose worker released the
+        # run once the store answered (its status still says running: every ending at a
+        # boundary writes another).
+        self.replay = ReplayState(settling=claim.crashed or claim.run.status == r.RUNNING)
         self.journal = Journal(store, self.run, self.lease, config.lease_seconds)
         self.boundaries = Boundaries(store, self.run, config, self.lease, self.replay,
                                      self.stop_event)

@@ -602,6 +602,29 @@ class StoreContract:
         assert WORLD.target.keys().count(key) == 2  # re-sent under its key...
         assert len(WORLD.target.work) == 4  # ...and done once
 
+    def test_a_cancel_while_its_worker_waited_for_the_store_still_logs_the_cut_off_call(
+            self, store, clock):
+        # Chaos (PostgreSQL CI, seed 20261): a database restart failed the commit of an
+        # idempotent call's outcome; the worker released the run once the store answered,
+        # so its claim back was no crash's and honoured the cancel found there at once: the
+        # write at the target was never logged.
+        run = self.launch(store, "keys", {"n": 3})
+        flaky = _FailingCommits(store, lambda c: any(
+            (e.step_no, e.seq) == (2, 0) for e in c.effects))
+
+        def cancelled_during_the_outage(error):
+            control.cancel(store, run.id, actor="op")
+            return True
+
+        assert self.execute(flaky, run.id, reconnect=cancelled_during_the_outage) == \
+            Outcome.CANCELLED
+        key = idempotency_key(run.id, 1, 2, 0)
+        assert WORLD.target.keys().count(key) == 2  # re-sent under its key, nothing new
+        assert len(WORLD.target.work) == 2
+        calls = [e for e in store.history(run.id).effects if e.kind == r.CALL]
+        assert [(e.key, e.status) for e in calls][-1] == (key, r.DONE)
+        assert store.load(run.id).run.crash_count == 0  # still not counted as a crash
+
     def test_a_run_taken_over_while_its_worker_waited_for_the_store_is_fenced(self, store,
                                                                               clock):
         run = self.launch(store, "keys", {"n": 3})

@@ -132,16 +132,14 @@ class SessionObserver(observe.SessionObserver):
         if self.metrics:
             metrics.REPLAYED.labels(record.tool).inc()
         if self.tracer is not None:
-            span, _ = self.effects.of(record)
-            span.add_event(record.tool, _effect_event(
+            self.effects.of(record).event(record.tool, _effect_event(
                 record, replayed=True, outcome=OUTCOMES.get(record.status, record.status)))
 
     def attempt_failed(self, record, error, retry_in) -> None:
         if self.metrics and retry_in is not None:
             metrics.RETRIES.labels(record.tool).inc()
         if self.tracer is not None:
-            span, _ = self.effects.of(record)
-            span.add_event("attempt failed", {
+            self.effects.of(record).event("attempt failed", {
                 "agentops.tool": record.tool, "agentops.effect.key": record.key,
                 "agentops.effect.attempt": record.attempts,
                 "exception.type": type(error).__name__, "exception.message": str(error)[:300],
@@ -169,6 +167,30 @@ class SessionObserver(observe.SessionObserver):
                 tracing.flush()
 
 
+class _Open:
+    """A span effects are events of, while it is open. Their events are kept here and
+    added to the span as it ends, in one pass: an event only leaves with its span, so
+    nothing sees them sooner, and added one after the other the SDK's work for each
+    costs less than half of what it does between two commits of a run (measured:
+    bench/effect_overhead.py, docs/observability.md)."""
+
+    __slots__ = ("span", "context", "events")
+
+    def __init__(self, span):
+        # the span and the context it is current in (a tool's downstream parent)
+        self.span, self.context = span, trace.set_span_in_context(span)
+        self.events: list[tuple] = []  # appended from a parallel group's threads too
+
+    def event(self, name: str, attributes: dict, timestamp: int | None = None) -> None:
+        self.events.append((name, attributes, timestamp or time.time_ns()))
+
+    def end(self) -> None:
+        add_event = self.span.add_event
+        for name, attributes, timestamp in self.events:
+            add_event(name, attributes, timestamp=timestamp)
+        self.span.end()
+
+
 class _EffectsSpan:
     """Which span an effect's event goes on: its step's while a step runs, else a span
     of the effect's own step number (on_resume's effects, at step -epoch), opened by its
@@ -178,32 +200,30 @@ class _EffectsSpan:
 
     def __init__(self, observer: SessionObserver):
         self.observer = observer
-        # the span and the context it is current in (a tool's downstream parent), set
-        # together: the calls of a parallel group read them from their own threads
-        self.current: tuple | None = None
+        self.current: _Open | None = None  # read by a parallel group's threads
         self.outside = False  # `current` is the span of effects outside a step
         self.lock = threading.Lock()  # a parallel group outside a step opens one span
 
-    def open(self, step_no: int, attributes: dict, *, outside: bool = False):
+    def open(self, step_no: int, attributes: dict, *, outside: bool = False) -> _Open:
         observer = self.observer
         span = observer.tracer.start_span(f"step {step_no}", context=observer.parent,
                                           attributes={"agentops.run.id": observer.run_id,
                                                       "agentops.step": step_no,
                                                       "agentops.epoch": observer.epoch,
                                                       **attributes})
-        self.current, self.outside = (span, trace.set_span_in_context(span)), outside
-        return span
+        self.current, self.outside = _Open(span), outside
+        return self.current
 
     def close(self) -> None:
         self.current, self.outside = None, False
 
     def close_outside(self) -> None:
         if self.outside:
-            self.current[0].end()
+            self.current.end()
             self.close()
 
-    def of(self, record: r.EffectRecord) -> tuple:
-        """(span, context) of the span `record`'s event goes on."""
+    def of(self, record: r.EffectRecord) -> _Open:
+        """The span `record`'s event goes on."""
         current = self.current
         if current is None:
             with self.lock:
@@ -214,7 +234,7 @@ class _EffectsSpan:
 
 
 class _Step:
-    __slots__ = ("observer", "step_no", "replaying", "span", "tokens")
+    __slots__ = ("observer", "step_no", "replaying", "open", "tokens")
 
     def __init__(self, observer: SessionObserver, step_no: int, replaying: bool):
         self.observer, self.step_no, self.replaying = observer, step_no, replaying
@@ -224,7 +244,7 @@ class _Step:
         self.tokens = logs.bind(step=self.step_no)
         if observer.tracer is not None:
             observer.effects.close_outside()
-            self.span = observer.effects.open(self.step_no,
+            self.open = observer.effects.open(self.step_no,
                                               {"agentops.replaying": self.replaying})
         return self
 
@@ -234,16 +254,17 @@ class _Step:
         if observer.tracer is not None:
             if kind is not None:
                 # Suspend, Stop and the engine's own errors end a step as well as a bug
-                self.span.set_attribute("agentops.step.ended_by", kind.__name__)
+                span = self.open.span
+                span.set_attribute("agentops.step.ended_by", kind.__name__)
                 if isinstance(exc, Exception):
-                    self.span.set_status(Status(StatusCode.ERROR, str(exc)[:300]))
-            self.span.end()
+                    span.set_status(Status(StatusCode.ERROR, str(exc)[:300]))
+            self.open.end()
             observer.effects.close()
         return False
 
 
 class _Effect:
-    __slots__ = ("observer", "record", "began", "tokens", "span", "started", "attached")
+    __slots__ = ("observer", "record", "began", "tokens", "open", "started", "attached")
 
     def __init__(self, observer: SessionObserver, record: r.EffectRecord):
         self.observer, self.record = observer, record
@@ -253,11 +274,11 @@ class _Effect:
         self.tokens = logs.bind(effect_key=self.record.key)
         self.began = time.perf_counter()
         if observer.tracer is not None:
-            self.span, context = observer.effects.of(self.record)
+            self.open = observer.effects.of(self.record)
             self.started = time.time_ns()
             # current while the tool runs (its own thread's context, in a parallel
             # group too): an HTTP tool sends it downstream
-            self.attached = otel_context.attach(context)
+            self.attached = otel_context.attach(self.open.context)
         return self
 
     def __exit__(self, kind, exc, tb):
@@ -278,7 +299,7 @@ class _Effect:
             attributes = _effect_event(record, replayed=False, outcome=outcome)
             if outcome in ("error", "in_doubt"):
                 attributes["exception.type"] = (record.error or {}).get("type", "")
-            self.span.add_event(record.tool, attributes, timestamp=self.started)
+            self.open.event(record.tool, attributes, self.started)
         logs.unbind(self.tokens)
         return False
 
@@ -291,10 +312,16 @@ def _count_usage(agent: str, usage: dict) -> None:
 
 
 def _effect_event(record: r.EffectRecord, *, replayed: bool, outcome: str) -> dict:
-    """An effect's event: the run, epoch and step are its span's."""
-    return {"agentops.tool": record.tool, "agentops.effect.key": record.key,
-            "agentops.effect.attempt": record.attempts, "agentops.effect.replayed": replayed,
-            "agentops.effect.outcome": outcome}
+    """An effect's event, named after its tool: its key and outcome, the attempt that
+    ended it when it was not the first, and `replayed` when the log answered it. The
+    run, epoch and step are its span's. What every call has is all it carries: each
+    attribute costs the worker about 2 us to add and encode (docs/observability.md)."""
+    event = {"agentops.effect.key": record.key, "agentops.effect.outcome": outcome}
+    if record.attempts > 1:
+        event["agentops.effect.attempt"] = record.attempts
+    if replayed:
+        event["agentops.effect.replayed"] = True
+    return event
 
 
 def install(*, metrics_on: bool = True, links=None) -> Observer:

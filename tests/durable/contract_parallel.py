@@ -23,12 +23,15 @@ GROUP_POINTS = [(p, n) for p in ("before_effect", "after_effect_before_log")
                 for n in range(1, 5)]
 
 
-def crash_in_call_of(item: str) -> None:
+def crash_in_call_of(item: str, once_started: tuple[str, ...] = ()) -> None:
     """The worker dies once the call for `item` has been made, before its outcome is
-    logged (in whichever order the group's threads get there)."""
+    logged (in whichever order the group's threads get there), and not before the calls
+    for `once_started` have begun: a crash stops the group's calls not started yet."""
     def action():
         if ap.item_of_this_thread() == item:
             faults.disarm()
+            for other in once_started:
+                assert ap.started_event(other).wait(30), f"the call for {other} never began"
             raise SimulatedCrash(f"after_effect_before_log of {item}")
 
     faults.arm("after_effect_before_log", action)
@@ -118,8 +121,10 @@ class ParallelContract:
         run = self.launch(store, "par_items", {"items": ITEMS, "reverse": True, "limit": 4})
         # i3 finishes first and dies before its outcome is logged; i0-i2 log theirs. Not
         # "the first to reach the point": i2 starts once i3's tool has returned, and on a
-        # loaded machine may reach the point before i3's thread does.
-        crash_in_call_of("i3")
+        # loaded machine may reach the point before i3's thread does. Nor before i0-i2 have
+        # begun: on a loaded CI machine i0's thread had not taken its slot when i3 died,
+        # so the crash left it not started.
+        crash_in_call_of("i3", once_started=("i0", "i1", "i2"))
         self.crash(store, run.id, clock)
         assert [e.seq for e in self.group_effects(store, run.id) if e.status == r.DONE] == \
             [0, 1, 2]

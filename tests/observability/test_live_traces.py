@@ -41,8 +41,9 @@ def run_spans(collector, run_id, name=None, **attributes):
 
 
 def effects(span) -> list[tuple]:
-    """(tool, replayed, outcome) of each effect event of a step span."""
-    return [(e["name"], e["attributes"]["agentops.effect.replayed"],
+    """(tool, replayed, outcome) of each effect event of a step span (`replayed` is
+    there only when true)."""
+    return [(e["name"], e["attributes"].get("agentops.effect.replayed", False),
              e["attributes"]["agentops.effect.outcome"]) for e in span["events"]]
 
 
@@ -125,7 +126,7 @@ def test_one_trace_from_the_launching_request_across_a_sigkill_of_the_worker(
             for event in step["events"]:
                 assert event["attributes"]["agentops.effect.key"].startswith(
                     f"{run_id}:1:{step['attributes']['agentops.step']}:")
-                assert event["attributes"]["agentops.effect.attempt"] == 1
+                assert "agentops.effect.attempt" not in event["attributes"]  # the first
 
         # downstream: one request per call that happened (the first worker's three), each
         # under its step's span; the killed step's span never reached the collector

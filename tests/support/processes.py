@@ -208,6 +208,14 @@ class Cluster(Managed):
             and sorted(workers) == sorted(self.worker_pids()) \
             and not any(is_stopped(pid) for pid in workers)
 
+    def stop_with(self, sig, *, group: bool = False) -> None:
+        """A stop, as a service manager sends it (a deploy): no fresh tree after it,
+        however this one ends. A main stopped (SIGSTOP) before it had its handlers dies of
+        the signal once thawed: systemd starts no fresh tree after a stop either."""
+        with self.lock:
+            self.stopping = True
+            (self.signal_group if group else self.signal)(sig)
+
     def stop(self, timeout: float = 10.0) -> None:
         with self.lock:
             self.stopping = True

@@ -234,7 +234,7 @@ class _EffectsSpan:
 
 
 class _Step:
-    __slots__ = ("observer", "step_no", "replaying", "open", "tokens")
+    __slots__ = ("observer", "step_no", "replaying", "open", "tokens", "attached")
 
     def __init__(self, observer: SessionObserver, step_no: int, replaying: bool):
         self.observer, self.step_no, self.replaying = observer, step_no, replaying
@@ -246,12 +246,16 @@ class _Step:
             observer.effects.close_outside()
             self.open = observer.effects.open(self.step_no,
                                               {"agentops.replaying": self.replaying})
+            # current for the whole step on the run's thread: its calls there find it so
+            # and attach nothing each (a parallel group's threads attach it per call)
+            self.attached = otel_context.attach(self.open.context)
         return self
 
     def __exit__(self, kind, exc, tb):
         observer = self.observer
         logs.unbind(self.tokens)
         if observer.tracer is not None:
+            otel_context.detach(self.attached)
             if kind is not None:
                 # Suspend, Stop and the engine's own errors end a step as well as a bug
                 span = self.open.span
@@ -278,7 +282,9 @@ class _Effect:
             self.started = time.time_ns()
             # current while the tool runs (its own thread's context, in a parallel
             # group too): an HTTP tool sends it downstream
-            self.attached = otel_context.attach(self.open.context)
+            context = self.open.context
+            self.attached = None if otel_context.get_current() is context \
+                else otel_context.attach(context)
         return self
 
     def __exit__(self, kind, exc, tb):
@@ -295,7 +301,8 @@ class _Effect:
             if outcome == "done" and record.usage:
                 _count_usage(observer.agent, record.usage)
         if observer.tracer is not None:
-            otel_context.detach(self.attached)
+            if self.attached is not None:
+                otel_context.detach(self.attached)
             attributes = _effect_event(record, replayed=False, outcome=outcome)
             if outcome in ("error", "in_doubt"):
                 attributes["exception.type"] = (record.error or {}).get("type", "")

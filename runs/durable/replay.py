@@ -16,11 +16,11 @@ here alone:
   * a patch marker (ctx.patched) is found at its position; a position the history
     filled with something else, or passed, was recorded by code without the patch;
   * `settling`: after a session that ended mid-step (a crash, a store failure), until
-    the first new call: that call may be the one the last session left in flight. A cancel (there at the claim, or landing while
-    the step replays towards that call) first settles the step: the call, if
-    idempotent, is issued again under its key (the target dedups), so the effect
-    log shows every write the outside world may hold. No other new effect, and never
-    a non-idempotent one, starts after the cancel.
+    the first new call: that call may be the one the last session left in flight. A
+    cancel (there at the claim, or landing while the step replays towards that call)
+    first settles the step: the call, if idempotent, is issued again under its key
+    (the target dedups), so the effect log shows every write the outside world may
+    hold. No other new effect, and never a non-idempotent one, starts after the cancel.
 """
 
 from __future__ import annotations

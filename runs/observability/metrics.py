@@ -46,6 +46,19 @@ OPERATOR_ACTIONS = Counter("agentops_operator_actions", "Operator actions commit
 EFFECT_SECONDS = Histogram("agentops_effect_seconds", "Tool calls that really happened, every "
                            "attempt included, by outcome (done, error, retrying, in_doubt, fenced, stopped)",
                            ["tool", "outcome"], buckets=SECONDS)
+_effect_seconds: dict = {}
+
+
+def effect_seconds(tool: str, outcome: str):
+    """EFFECT_SECONDS's child for these labels. Kept by label: `labels()` takes a lock and
+    checks its arguments at every call, a cost on each effect (bench/effect_overhead.py);
+    a child stays valid across a fork (multiprocess mode writes to the calling pid's file)."""
+    child = _effect_seconds.get((tool, outcome))
+    if child is None:
+        child = _effect_seconds[tool, outcome] = EFFECT_SECONDS.labels(tool, outcome)
+    return child
+
+
 REPLAYED = Counter("agentops_effects_replayed", "Calls answered from the log on a replay",
                    ["tool"])
 RETRIES = Counter("agentops_effect_retries", "Failed attempts that will be tried again",

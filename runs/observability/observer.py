@@ -296,8 +296,7 @@ class _Effect:
             # claim calls it again.
             outcome = "fenced" if issubclass(kind, FencedError) else "stopped"
         if observer.metrics:
-            metrics.EFFECT_SECONDS.labels(record.tool, outcome).observe(
-                time.perf_counter() - self.began)
+            metrics.effect_seconds(record.tool, outcome).observe(time.perf_counter() - self.began)
             if outcome == "done" and record.usage:
                 _count_usage(observer.agent, record.usage)
         if observer.tracer is not None:
@@ -319,11 +318,15 @@ def _count_usage(agent: str, usage: dict) -> None:
 
 
 def _effect_event(record: r.EffectRecord, *, replayed: bool, outcome: str) -> dict:
-    """An effect's event, named after its tool: its key and outcome, the attempt that
-    ended it when it was not the first, and `replayed` when the log answered it. The
-    run, epoch and step are its span's. What every call has is all it carries: each
-    attribute costs the worker about 2 us to add and encode (docs/observability.md)."""
-    event = {"agentops.effect.key": record.key, "agentops.effect.outcome": outcome}
+    """An effect's event, named after its tool: its key; only when they say something,
+    its outcome (an event without one is a call that ended `done`, as nearly all do),
+    the attempt that ended it when it was not the first, and `replayed` when the log
+    answered it. The run, epoch and step are its span's. Each attribute costs the
+    worker about 2 us to add and encode, and more in garbage collection
+    (docs/observability.md, "What it costs")."""
+    event = {"agentops.effect.key": record.key}
+    if outcome != "done":
+        event["agentops.effect.outcome"] = outcome
     if record.attempts > 1:
         event["agentops.effect.attempt"] = record.attempts
     if replayed:

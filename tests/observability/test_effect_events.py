@@ -146,7 +146,7 @@ def test_failed_attempts_are_events_before_their_calls_event(traced):
             a.get("agentops.retry_in"), a.get("exception.type")) for name, a in events(step)]
     assert got == [
         ("attempt failed", flaky.name, key + "0", 1, None, 0.01, "TransientToolError"),
-        (flaky.name, None, key + "0", 2, "done", None, None),  # the tool: its name
+        (flaky.name, None, key + "0", 2, None, None, None),  # its tool's name; done: no outcome
         ("attempt failed", broken.name, key + "1", 1, None, 0.01, "TransientToolError"),
         ("attempt failed", broken.name, key + "1", 2, None, -1.0, "TransientToolError"),
         (broken.name, None, key + "1", 2, "error", None, "TransientToolError")]

@@ -157,15 +157,15 @@ def test_one_trace_across_a_crash_with_both_claims_and_the_replayed_effect_marke
                       e.attributes["agentops.effect.key"],
                       e.attributes.get("agentops.effect.attempt"),  # only past the first
                       e.attributes.get("agentops.effect.replayed"),  # only when true
-                      e.attributes["agentops.effect.outcome"])
+                      e.attributes.get("agentops.effect.outcome"))  # only when not done
                      for s in steps for e in s.events)
     key = lambda step: f"{run.id}:1:{step}:"  # noqa: E731
     assert effects == [
-        (1, 1, fetch.name, key(1) + "0", None, None, "done"),
-        (1, 2, fetch.name, key(2) + "0", None, None, "done"),
+        (1, 1, fetch.name, key(1) + "0", None, None, None),
+        (1, 2, fetch.name, key(2) + "0", None, None, None),
         (1, 2, risky.name, key(2) + "1", None, None, "stopped"),
-        (2, 2, fetch.name, key(2) + "0", None, True, "done"),
-        (2, 2, risky.name, key(2) + "1", None, None, "done")]
+        (2, 2, fetch.name, key(2) + "0", None, True, None),
+        (2, 2, risky.name, key(2) + "1", None, None, None)]
 
     # the tool saw its step's span as the downstream parent (one call per real fetch)
     step_of = {(by_claim[s.parent.span_id], s.attributes["agentops.step"]): s for s in steps}

@@ -103,8 +103,8 @@ def test_a_runs_spans_reach_the_collector_in_one_trace_with_its_effects_events(c
         span = next(s for s in spans if s["name"] == f"step {step}")
         assert span["parent_id"] == claim["span_id"]
         assert [(e["name"], e["attributes"]) for e in span["events"]] == [
-            (lookup.name, {"agentops.effect.key": f"{run_id}:1:{step}:{seq}",
-                           "agentops.effect.outcome": "done"})
+            # done: the outcome is left out (nearly every call's, so not worth its cost)
+            (lookup.name, {"agentops.effect.key": f"{run_id}:1:{step}:{seq}"})
             for seq in (0, 1)]
         assert span["start"] <= span["events"][0]["time"] <= span["events"][1]["time"] <= span["end"]
 

@@ -102,27 +102,41 @@ def _subject(quota: Budget) -> str:
 
 
 POLICY_CACHE_SECONDS = 5.0
-_policies: dict = {"at": -1e9, "by_tool": {}}
+NEVER = -1e9
+_policies: dict = {"at": NEVER, "by_tool": {}}
 _policies_lock = threading.Lock()
+_reading = threading.Lock()  # one thread reads the policies again; the others go on
 
 
 def enabled_policies() -> dict[str, list[a.ApprovalRule]]:
     """tool -> the enabled policies' rules, read at most every POLICY_CACHE_SECONDS: every
-    new call of every run asks, and a crawl makes hundreds a second."""
+    new call of every run asks, and a crawl makes hundreds a second. When they are due
+    again, one thread reads them while the others keep the rules read last: a thousand
+    runs' threads had all read them at once, each on a connection of the worker's pool."""
     with _policies_lock:
-        if time.monotonic() - _policies["at"] < POLICY_CACHE_SECONDS:
-            return _policies["by_tool"]
-    by_tool: dict[str, list[a.ApprovalRule]] = {}
-    for policy in ApprovalPolicy.objects.filter(enabled=True).select_related("group"):
-        by_tool.setdefault(policy.tool, []).append(policy.rule())
-    with _policies_lock:
-        _policies.update(at=time.monotonic(), by_tool=by_tool)
-    return by_tool
+        at, by_tool = _policies["at"], _policies["by_tool"]
+    if time.monotonic() - at < POLICY_CACHE_SECONDS:
+        return by_tool
+    # never read (or forgotten: forget_policies): wait for a read in progress
+    if not _reading.acquire(blocking=at == NEVER):
+        return by_tool
+    try:
+        with _policies_lock:
+            if _policies["at"] != at:  # read by the thread this one waited for
+                return _policies["by_tool"]
+        by_tool = {}
+        for policy in ApprovalPolicy.objects.filter(enabled=True).select_related("group"):
+            by_tool.setdefault(policy.tool, []).append(policy.rule())
+        with _policies_lock:
+            _policies.update(at=time.monotonic(), by_tool=by_tool)
+        return by_tool
+    finally:
+        _reading.release()
 
 
 def forget_policies() -> None:
     with _policies_lock:
-        _policies["at"] = -1e9
+        _policies["at"] = NEVER
 
 
 def rules_for(run, tool) -> list[a.ApprovalRule]:

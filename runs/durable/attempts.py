@@ -60,9 +60,12 @@ def _attempts(step: Step, gates: CallGates, tool: Tool, record: r.EffectRecord, 
     """(result, None) or (None, the last error): attempts until one succeeds or the
     policy gives up. A wait too long to block on leaves as a durable timer."""
     call_kwargs = dict(kwargs, idempotency_key=record.key) if tool.idempotent else kwargs
+    before_tool = step.host.config.before_tool
     while True:
         record.attempts += 1
         try:
+            if before_tool is not None:
+                before_tool()
             result = tool.fn(*args, **call_kwargs)
             if tool.stream:  # chunks to the viewers as they come, the result logged
                 result = streaming.drain(step.host, record, result)

@@ -31,6 +31,12 @@ class WorkerConfig:
     # closes the thread's here (runs/storage: `OrmStore.close_thread_resources`, Django's
     # connections being per thread); None: nothing to close (MemoryStore).
     thread_ended: Callable[[], None] | None = None
+    # before_tool(): called on a call's thread right before each attempt of its tool,
+    # its gates asked. A worker whose threads share a pool of database connections hands
+    # the thread's back here (runs/worker/db.py): a gate that read the database left it
+    # checked out, and a run must not hold one while its tool waits (1,000 runs whose
+    # model calls take a second each, on a pool of 10, made 10 calls a second).
+    before_tool: Callable[[], None] | None = None
 
 
 def thread_ended(config: WorkerConfig) -> None:

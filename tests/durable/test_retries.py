@@ -473,3 +473,19 @@ def test_on_resume_cannot_wait_durably_so_a_long_wait_there_gives_up():
     wait_until(lambda: time.time() >= store.get(run_id).wake_at, 5)
     assert execute(store, run_id) == Outcome.SUCCEEDED
     assert store.get(run_id).output["caught"] == "TransientToolError"
+
+
+def test_before_tool_is_called_on_the_calls_thread_before_each_attempt():
+    """WorkerConfig.before_tool: where a worker hands its thread's pooled connection back
+    (a gate may have read the database), so no run holds one while its tool waits."""
+    store, seen = MemoryStore(), []
+
+    def before_tool():
+        seen.append(list(TARGET["keys"]))  # what the target had seen by then
+
+    fail_next("quick", TransientToolError("flaky"))
+    run_id = launch(store, "quick")
+    config = WorkerConfig(owner="w:1", before_tool=before_tool)
+    assert execute_run(store, run_id, config, registry=REG, leases=NoLeases()) == Outcome.SUCCEEDED
+    key = TARGET["keys"][0]
+    assert seen == [[], [key]]  # before the first attempt, and before the second

@@ -18,7 +18,7 @@ from runs.chat.transcript import transcript
 from runs.management.commands.runs import Command
 from runs.models import AuditEntry, Run, RunEvent
 from runs.operator.forms import ReasonForm
-from tests.support.processes import ROOT, Server, process_env, wait_until
+from tests.support.processes import ROOT, TREE_DEADLINE, Server, process_env, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -184,7 +184,7 @@ def test_watch_starts_from_now_and_from_n_with_from():
         runs("watch", run.pk, "--from", "0")
 
 
-def read_line(stream, timeout: float = 60) -> str:
+def read_line(stream, timeout: float = 60) -> str:  # the first follows Django's start-up
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         ready, _, _ = select.select([stream], [], [], max(0.0, deadline - time.monotonic()))
@@ -204,7 +204,7 @@ def test_watch_follows_a_live_run_from_the_moment_it_starts():
     try:
         assert read_line(watch.stderr).strip() == f"following run {run['id']} from event {head + 1}"
         runs("execute", run["id"])
-        out, _ = watch.communicate(timeout=60)
+        out, _ = watch.communicate(timeout=60)  # it sees the end at its next 0.2 s poll
     finally:
         watch.kill()
     final = Run.objects.get(pk=run["id"])
@@ -331,7 +331,7 @@ def test_launch_wait_returns_with_exit_3_when_the_chat_waits_for_its_user(users)
     try:
         run_id = read_line(wait.stdout).split()[1]
         runs("execute", run_id)
-        out, err = wait.communicate(timeout=60)
+        out, err = wait.communicate(timeout=60)  # its own --timeout 60 (begun earlier) ends it
     finally:
         wait.kill()
     assert wait.returncode == 3, err
@@ -395,7 +395,7 @@ def test_answer_send_and_wait_over_the_api(users, chat_server):
     code, out, err = remote(chat_server, alice, "watch", chat)
     assert code == 3 and "waits for input: message" in out, (out, err)
     assert remote(chat_server, alice, "send", chat, "--end")[0] == 0
-    wait_until(lambda: Run.objects.get(pk=chat).status == "succeeded", 60,
+    wait_until(lambda: Run.objects.get(pk=chat).status == "succeeded", TREE_DEADLINE,
                message="the chat to end")
     code, _, err = remote(chat_server, alice, "send", ask, "hello")
     assert code == 1 and "not a chat" in err

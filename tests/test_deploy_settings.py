@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import COMMAND_DEADLINE
+
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY_VARIABLES = ("SECRET_KEY", "ALLOWED_HOSTS", "DEBUG", "SECURE_PROXY_SSL_HEADER",
                     "AGENTOPS_SANDBOX", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE",
@@ -40,7 +42,7 @@ def production(tmp_path, **variables) -> dict:
 
 def manage(env, *args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=COMMAND_DEADLINE)
 
 
 PROBE = """

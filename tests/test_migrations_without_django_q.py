@@ -28,6 +28,8 @@ def test_a_new_database_migrates_without_django_q_installed(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env.update(SQLITE_PATH=str(tmp_path / "fresh.sqlite3"), DJANGO_SETTINGS_MODULE="agentops.settings",
                AGENTOPS_VAR_DIR=str(tmp_path / "var"))
+    # A fresh Python's Django start-up (tens of seconds on CI), then every installed app's
+    # migrations from nothing on a new SQLite file, and the check after them.
     done = subprocess.run([sys.executable, "-c", MIGRATE_WITHOUT_DJANGO_Q], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -86,6 +86,7 @@ def run_python(block: str, host: str, url: str, token: str, tmp_path,
         code = code.replace(token_text, token)
     script = tmp_path / "example.py"
     script.write_text(f"TOKEN = {token!r}\n{code}")
+    # the example's run (RUN_ENDS_WITHIN), and a minute more for the script's start-up
     result = subprocess.run([sys.executable, str(script)], cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(ROOT)},
                             capture_output=True, text=True, timeout=RUN_ENDS_WITHIN + 60)

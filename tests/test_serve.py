@@ -29,7 +29,15 @@ import pytest
 from runs.live.shutdown import CLOSE_SERVICE_RESTART
 from sandbox.logs import SandboxAnswers
 from tests.support.live_sockets import close_codes
-from tests.support.processes import ROOT, Managed, free_port, process_env, wait_until
+from tests.support.processes import (
+    COMMAND_DEADLINE,
+    ROOT,
+    TREE_DEADLINE,
+    Managed,
+    free_port,
+    process_env,
+    wait_until,
+)
 
 pytestmark = pytest.mark.sqlite  # bin/serve is the SQLite default (tests/conftest.py)
 
@@ -110,6 +118,9 @@ def test_bin_serve_on_its_port_and_a_clean_stop(tmp_path):
         def output():
             return (tmp_path / "serve.log").read_text(errors="replace")
 
+        # bin/setup first (a pip install if the venv lacks this pyproject's stamp: about a
+        # minute from a clean venv), then migrate, collectstatic and the first login, each a
+        # fresh Django start-up (tens of seconds on CI), then Daphne's own
         wait_until(lambda: up(client) or proc.poll() is not None, 300,
                    message="bin/serve to answer")
         assert proc.poll() is None, output()[-3000:]
@@ -132,6 +143,8 @@ def test_bin_serve_on_its_port_and_a_clean_stop(tmp_path):
             page = client.get(f"/runs/{run_id}/").text
             return re.search(r'badge status-(succeeded|failed|needs_attention)', page)
 
+        # a crawl whose first requests fail a third of the time (each retried) and an SDK
+        # agent's model and tool calls, on a tree just started, on CI's loaded cores
         for run_id in run_ids:
             ended = wait_until(lambda run_id=run_id: finished(run_id), 120,
                                message=f"run {run_id} to finish")
@@ -153,7 +166,8 @@ def test_bin_serve_on_its_port_and_a_clean_stop(tmp_path):
         [main] = titled(proc, "agentops main")
         main.kill()
         wait_until(lambda: [p.pid for p in titled(proc, "agentops main")] not in ([], [main.pid])
-                   and titled(proc, "agentops worker-1"), 60, message="a fresh worker tree")
+                   and titled(proc, "agentops worker-1"), TREE_DEADLINE,
+                   message="a fresh worker tree")
         assert "the worker tree ended (exit 137): starting a fresh one" in output()  # 128+9
 
         # SIGTERM with the run page's socket open (and a keep-alive HTTP connection)
@@ -200,6 +214,7 @@ def test_bin_setup_installs_the_sdk_examples_extra(tmp_path):
 
     def installs(*args) -> list[str]:
         before = (tmp_path / "pip.log").read_text() if (tmp_path / "pip.log").exists() else ""
+        # a shell script and a stub pip: well under a second; this bounds a hang only
         subprocess.run([str(tmp_path / "bin" / "setup"), *args], cwd=tmp_path, check=True,
                        timeout=60)
         return (tmp_path / "pip.log").read_text()[len(before):].splitlines()
@@ -215,6 +230,7 @@ def test_a_non_editable_install_has_every_app_and_the_site_files(tmp_path):
     checkout: every installed app imports (builtin_agents too), `check` passes, and the
     site's and the sandbox's templates and static files are found inside the install."""
     lib = tmp_path / "lib"
+    # setuptools copies every package's files: seconds, more on CI's loaded cores
     built = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib",
                             str(lib)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert built.returncode == 0, built.stderr
@@ -240,7 +256,7 @@ for name in ("css/app.css", "sandbox/report.css"):
 print("agents", *registry.names())
 """
     ran = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=COMMAND_DEADLINE)
     assert ran.returncode == 0, ran.stderr[-3000:]
     lines = ran.stdout.splitlines()
     found = [line.split(" ", 1)[1] for line in lines
@@ -271,6 +287,7 @@ def test_sandbox_lines_in_the_web_process_log(transactional_db, tmp_path, access
                    "agentops.asgi:application"], env, tmp_path / "web.log")
     try:
         client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+        # a new Python that sets Django up before Daphne listens: tens of seconds on CI
         wait_until(lambda: up(client) or not web.alive(), 60, message="the web process")
         for method, path, headers in SANDBOX_REQUESTS:
             body = b'{"a": 1}' if method == "POST" else None

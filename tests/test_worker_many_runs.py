@@ -10,7 +10,7 @@ from django.db import connection
 
 from runs import services
 from runs.models import Run, RunEvent
-from tests.support.processes import wait_until
+from tests.support.processes import TREE_DEADLINE, wait_until
 
 POOL = 4
 # The tree's main and the worker's lease keeper keep a connection each (the keeper's
@@ -49,6 +49,8 @@ def test_one_process_holds_many_runs_and_hands_them_all_back(start_cluster):
                                   step_no__gte=2).count()
         return held == count
 
+    # 120 runs (on PostgreSQL) claimed by the one process, each then two steps of 0.5 s,
+    # their writes through a pool of four connections
     wait_until(all_held_and_moving, 120, interval=0.2,
                message=f"all {count} runs held by the one worker process, each past step 2")
     if postgres:
@@ -72,7 +74,8 @@ def test_runs_left_by_a_stopped_process_go_on_elsewhere(start_cluster):
     run_ids = launch_tickers(count)
     [old] = first.worker_pids()
     wait_until(lambda: Run.objects.filter(pk__in=run_ids, lease_owner__contains=f":{old}:")
-               .count() == count, 60, interval=0.2, message="the old worker holds every run")
+               .count() == count, TREE_DEADLINE, interval=0.2,
+               message="the old worker holds every run")
     second = start_cluster(workers=1, name="new", AGENTOPS_RUNS_PER_WORKER=count,
                            AGENTOPS_WORKER_DB_POOL=POOL)
     [new] = second.worker_pids()
@@ -85,4 +88,6 @@ def test_runs_left_by_a_stopped_process_go_on_elsewhere(start_cluster):
         return sum(1 for run_id, step in rows.values_list("id", "step_no")
                    if step > steps_before[run_id]) == count
 
+    # 40 runs (on PostgreSQL) handed back and claimed by the new process, each then a
+    # step of 0.5 s, through a pool of four connections
     wait_until(all_moved_on, 90, interval=0.2, message="the new worker to carry every run on")

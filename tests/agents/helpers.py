@@ -8,7 +8,7 @@ from runs import services
 from runs.models import Run, RunEvent
 from sandbox.models import KeyCall, Notification, Record
 from tests.crash.helpers import assert_consistent, holder_pid
-from tests.support.processes import LONG_SLICES, wait_until
+from tests.support.processes import LONG_SLICES, RUNS_END_DEADLINE, TREE_DEADLINE, wait_until
 
 FINAL = ("succeeded", "failed", "cancelled")
 
@@ -38,7 +38,7 @@ def launch(agent: str, inputs: dict) -> str:
     return services.run_launch(user=None, agent=agent, inputs=inputs).id
 
 
-def kill_holder(run_id: str, cluster, milestones, timeout: float = 60) -> list[int]:
+def kill_holder(run_id: str, cluster, milestones, timeout: float = TREE_DEADLINE) -> list[int]:
     """SIGKILL the worker that holds the run, once per milestone.
 
     Each milestone is a predicate on the Run row; the next kill waits until a new
@@ -65,7 +65,7 @@ def kill_holder(run_id: str, cluster, milestones, timeout: float = 60) -> list[i
     return killed
 
 
-def wait_final(run_ids, timeout: float = 120, in_doubt_unit=None) -> dict:
+def wait_final(run_ids, timeout: float = RUNS_END_DEADLINE, in_doubt_unit=None) -> dict:
     """Wait for every run to end. An in-doubt effect is resolved as an operator would:
     look downstream for the notification (``in_doubt_unit(run_id)``), then say "done"
     (with what arrived) if it is there, "retry" if it is not."""

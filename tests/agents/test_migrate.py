@@ -13,7 +13,7 @@ from tests.agents.helpers import (
     launch,
     wait_final,
 )
-from tests.support.processes import wait_until
+from tests.support.processes import TREE_DEADLINE, wait_until
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -62,7 +62,7 @@ def test_migration_verifies_and_cuts_over_once_through_sigkills(server, start_cl
     # The fourth death comes in the cut-over: the notification is sent, its result is
     # not logged. It is not idempotent, so the run asks an operator instead of resending.
     (faults_dir / "after_effect_before_log").write_text("kill@dataset.notify")
-    wait_until(lambda: Run.objects.get(pk=victim).status == "needs_attention", 60,
+    wait_until(lambda: Run.objects.get(pk=victim).status == "needs_attention", TREE_DEADLINE,
                message="the in-doubt cut-over")
     attention = Run.objects.get(pk=victim).attention
     assert attention["kind"] == "in_doubt" and attention["tool"].endswith("dataset.notify")

@@ -17,7 +17,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from runs.models import AuditEntry, Run
-from tests.support.processes import ROOT, process_env
+from tests.support.processes import COMMAND_DEADLINE, ROOT, process_env
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(600)]
 
@@ -33,7 +33,8 @@ def cli(server, token, *args, check=True, process=False):
     argv = ["--url", server.url, "--token", token, *args]
     if process:
         result = subprocess.run([sys.executable, "manage.py", "runs", *argv], cwd=ROOT,
-                                env=process_env(), capture_output=True, text=True, timeout=120)
+                                env=process_env(), capture_output=True, text=True,
+                                timeout=COMMAND_DEADLINE)
     else:
         out, err = io.StringIO(), io.StringIO()
         try:

@@ -12,7 +12,7 @@ import pytest
 
 from agentops.client import Client, InvalidRequest, NotFound
 from runs.models import Run, RunEvent
-from tests.support.processes import Server, free_port, wait_until
+from tests.support.processes import TREE_DEADLINE, Server, free_port, wait_until
 
 pytestmark = [pytest.mark.services]
 
@@ -61,10 +61,12 @@ def test_follow_across_a_daphne_restart_yields_every_event_once(
 
         follower = threading.Thread(target=follow)
         follower.start()
-        wait_until(lambda: len(received) >= 8, 60, message="the first events")
+        wait_until(lambda: len(received) >= 8, TREE_DEADLINE, message="the first events")
         servers[0].stop()  # SIGTERM: the stream ends, the client reconnects...
         seen_at_stop = len(received)
         servers.append(Server(tmp_path, port=port))  # ...to the next Daphne on this port
+        # the rest of the run's 40 steps of 0.15 s, a new Daphne's start-up (tens of seconds
+        # on CI) and the reconnection, which the client gives up after 60 s without a server
         follower.join(120)
         assert not follower.is_alive(), "follow() did not end with the run"
         assert not errors, errors

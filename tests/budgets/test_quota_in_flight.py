@@ -21,7 +21,7 @@ from runs.models import Effect, Run
 from runs.storage import database_store
 from runs.worker.config import worker_config
 from tests.durable import budget_agents
-from tests.support.processes import wait_until
+from tests.support.processes import TREE_DEADLINE, wait_until
 from tests.web.conftest import drive
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -187,7 +187,7 @@ def test_concurrent_runs_on_two_worker_trees_overshoot_a_shared_quota_by_one_cal
 
     raise_quota(users)
     wait_until(lambda: Run.objects.filter(pk__in=run_ids, status="succeeded").count() == 4,
-               60, message="every run finished")
+               TREE_DEADLINE, message="every run finished")
     assert_each_call_logged_once(run_ids, calls=6)
 
 

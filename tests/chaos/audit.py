@@ -60,6 +60,7 @@ def load(run_ids: list[str]) -> dict[str, RunData]:
 
 
 def load_outside(sandbox_url: str) -> Outside:
+    # one request lists up to 10,000 records; this bounds a sandbox that never answers
     with httpx.Client(timeout=60) as client:
         records = client.get(f"{sandbox_url}/api/records", params={"limit": 10_000}).json()
         if records["count"] > 10_000:

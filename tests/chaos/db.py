@@ -8,6 +8,8 @@ import time
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 
+# timeout: as long as stack.py allows a PostgreSQL restart (the pg_restart fault), through
+# which the database is unreachable until the server is up again
 def db_call(fn, *args, timeout: float = 120.0, **kwargs):
     deadline = time.monotonic() + timeout
     while True:

@@ -69,6 +69,8 @@ class Postgres:
         self.wait_ready()
 
     def restart(self) -> None:
+        # a shutdown (its checkpoint first) and a start-up, which pg_ctlcluster waits for:
+        # seconds, more while the storm's processes load the machine
         subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", pg_version(), "main",
                         "restart"], check=True, capture_output=True, timeout=120)
         self.wait_ready()
@@ -104,6 +106,7 @@ class Postgres:
         except Exception:
             return False
 
+    # timeout: as long as a restart is allowed (restart above), which this follows
     def wait_ready(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         while not self.ready():

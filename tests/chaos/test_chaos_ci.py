@@ -18,6 +18,9 @@ import pytest
 from tests.support.processes import ROOT
 
 pytestmark = [pytest.mark.services]
+# The harness's set-up (with --private-services its own PostgreSQL and Redis; the
+# reference runs), the storm (1.75 min at most: tests/chaos/cli.py), the drain (it gives
+# up after 45 s without a run moving) and the audit, on CI's loaded cores.
 LIMIT_SECONDS = 420
 
 

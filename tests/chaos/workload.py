@@ -59,6 +59,8 @@ def normalise(output, run_id: str):
     return json.loads(text)
 
 
+# timeout: a reference run of the mix (the assistant's 60 site pages and model calls at
+# most), its timers waited out in this process; it bounds one that never ends
 def drive(run_id: str, timeout: float = 120.0) -> Run:
     """Execute a run in this process, answering its questions and waiting out its timers."""
     deadline = time.monotonic() + timeout

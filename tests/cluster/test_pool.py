@@ -9,7 +9,7 @@ import pytest
 from runs import services
 from runs.models import Run
 from tests.cluster.pool_agents import PARTIES
-from tests.support.processes import wait_until
+from tests.support.processes import TREE_DEADLINE, wait_until
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -24,6 +24,6 @@ def test_more_runs_than_pooled_connections_are_inside_their_metered_calls_at_onc
                   AGENTOPS_RUNS_PER_WORKER=PARTIES, AGENTOPS_WORKER_DB_POOL=PARTIES // 2,
                   AGENTOPS_TEST_MEETING_DIR=str(meeting))
     wait_until(lambda: Run.objects.filter(pk__in=ids, status="succeeded").count() == PARTIES,
-               60, message="every run to succeed")
+               TREE_DEADLINE, message="every run to succeed")
     # each call saw all of them inside: none waited outside for a connection the others held
     assert [run.output for run in Run.objects.filter(pk__in=ids)] == [{"inside": PARTIES}] * PARTIES

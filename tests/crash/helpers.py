@@ -6,10 +6,10 @@ from django.db.models import Count
 
 from runs.models import Checkpoint, Effect, Run, RunEvent
 from sandbox.models import Notification, Record
-from tests.support.processes import wait_until
+from tests.support.processes import RUNS_END_DEADLINE, wait_until
 
 
-def wait_final(run_ids, timeout=120, resolve_in_doubt=True):
+def wait_final(run_ids, timeout=RUNS_END_DEADLINE, resolve_in_doubt=True):
     """Wait until every run is final; resolve in-doubt notifications as an operator would:
     look downstream, and say "done" if the call arrived, "retry" if it did not."""
     from runs import services

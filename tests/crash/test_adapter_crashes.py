@@ -51,6 +51,8 @@ def test_sigkill_an_sdk_agents_worker_at_random_instants(name, server, start_clu
                             AGENTOPS_AGENT_MODULES="tests.workload_agents,tests.adapter_agents")
     rng = random.Random(int(os.environ.get("CRASH_SEED", "19")))
     run_ids, kills = [], 0
+    # Each kill waits for a run to be running on a live worker again: every kill ends the
+    # tree, and the fresh one imports the SDKs before it forks (ready_timeout above).
     deadline = time.monotonic() + 360
     while kills < KILLS and time.monotonic() < deadline:
         for looped in Run.objects.filter(pk__in=run_ids, status="needs_attention",
@@ -68,6 +70,8 @@ def test_sigkill_an_sdk_agents_worker_at_random_instants(name, server, start_clu
             os.kill(pid, signal.SIGKILL)
             kills += 1
     assert kills == KILLS, f"only {kills} kills in the time allowed"
+    # the runs' model and tool calls left after the last kill, on a fresh tree that
+    # imports the SDKs before it forks, as above
     runs = wait_final(run_ids, timeout=180)
 
     # The same agents, plainly by their SDK, in this process against the same sandbox.

@@ -15,7 +15,7 @@ from tests.crash.helpers import (
     holder_pid,
     wait_final,
 )
-from tests.support.processes import wait_until
+from tests.support.processes import TREE_DEADLINE, wait_until
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -53,11 +53,14 @@ def test_twenty_children_five_at_a_time_through_worker_kills(server, start_clust
             return ended(parent_id) >= 4 * k and next(
                 (pid for pid in (holder_pid(c.id) for c in running)
                  if pid in cluster.worker_pids()), None)
-        pid = wait_until(held_child, 60, interval=0.02, message=f"kill {k}'s moment")
+        pid = wait_until(held_child, TREE_DEADLINE, interval=0.02,
+                         message=f"kill {k}'s moment")
         os.kill(pid, signal.SIGKILL)
         kills += 1
     assert kills >= 3
     children = family(parent_id)
+    # what is left after the last kill (at 16 children ended): the last children and the
+    # parent's join, on the fresh tree the kill called for
     runs = wait_final([parent_id] + [c.id for c in children], timeout=90)
     children = family(parent_id)
     child_ids = [c.id for c in sorted(children, key=lambda c: c.created_at)]
@@ -87,7 +90,7 @@ def test_cancelling_a_parent_cancels_its_running_children(server, start_cluster)
     parent_id = services.run_launch(user=None, agent="fan_out", inputs={
         "children": 8, "cap": 3, "steps": 1000, "delay": 0.05}).id
     wait_until(lambda: Run.objects.filter(parent_id=parent_id, status="running").count() == 3,
-               60, message="three running children")
+               TREE_DEADLINE, message="three running children")
     services.run_cancel(run_id=parent_id, user="op", reason="enough")
     children = wait_final([c.id for c in family(parent_id)], timeout=30)
     assert len(children) == 3  # cancelled while it waited for a slot: no fourth

@@ -41,6 +41,8 @@ def victims(cluster, target, run_id=None) -> list[int]:
 
 
 def assert_runs_intact(run_ids):
+    # two runs of ten steps through the kill: a fresh tree (the kill ends the old one),
+    # its claims, the steps left
     runs = wait_final(run_ids, timeout=90)
     for run in runs.values():
         assert run.status == "succeeded", (run.status, run.error, run.attention)

@@ -27,7 +27,7 @@ from runs.models import Run, RunEvent
 from tests.chaos.followers import Followers, login
 from tests.crash.helpers import assert_consistent, assert_outside_world_clean, wait_final
 from tests.support.private_postgres import PrivatePostgres, default_database
-from tests.support.processes import Cluster, Server, wait_until
+from tests.support.processes import RUNS_END_DEADLINE, TREE_DEADLINE, Cluster, Server, wait_until
 
 pytestmark = [pytest.mark.services]
 
@@ -67,6 +67,9 @@ class PageLoads:
     """A logged-in user reloading pages in a loop: (started, ended, path, status)."""
 
     def __init__(self, base_url: str, session: str, paths: list[str]):
+        # A load that meets the outage waits for a pooled connection (10 s,
+        # AGENTOPS_DB_POOL_TIMEOUT) before its 503, longer on CI; a client timeout would
+        # end the loop (the thread dies of it), so it is far above that.
         self.client = httpx.Client(base_url=base_url, cookies={"sessionid": session}, timeout=60)
         self.paths = paths
         self.loads: list[tuple[float, float, str, int]] = []
@@ -83,7 +86,7 @@ class PageLoads:
 
     def stop(self) -> None:
         self.stopping.set()
-        self.thread.join(70)
+        self.thread.join(70)  # past the client's 60 s: a load in flight ends by then
         self.client.close()
 
     def check(self, faults: list[tuple[float, float]]) -> None:
@@ -120,7 +123,7 @@ def own_backend() -> set[int]:
 
 
 def check_outcome(run_ids: list[str], followers: Followers) -> None:
-    runs = wait_final(run_ids, timeout=120)
+    runs = wait_final(run_ids, timeout=RUNS_END_DEADLINE)
     for run in runs.values():
         assert run.status == "succeeded", (run.status, run.error, run.attention)
         assert run.output == {"units": STEPS, "total": STEPS * (STEPS - 1) // 2}
@@ -159,7 +162,7 @@ def test_terminated_connections_are_survived_everywhere(app, private_postgres):
     with watched_runs(web) as (run_ids, followers, pages):
         for _ in range(3):
             before = dict(Run.objects.filter(pk__in=run_ids).values_list("id", "step_no"))
-            wait_until(lambda before=before: progressed(run_ids, before, 3), 60,
+            wait_until(lambda before=before: progressed(run_ids, before, 3), TREE_DEADLINE,
                        message="the runs to move on")
             begin = time.monotonic()
             assert private_postgres.terminate(exclude=own_backend()) > 0
@@ -171,7 +174,7 @@ def test_terminated_connections_are_survived_everywhere(app, private_postgres):
 def test_a_database_restart_is_survived_everywhere(app, private_postgres):
     web, cluster = app
     with watched_runs(web) as (run_ids, followers, pages):
-        wait_until(lambda: progressed(run_ids, {}, 5), 60, message="the runs to start")
+        wait_until(lambda: progressed(run_ids, {}, 5), TREE_DEADLINE, message="the runs to start")
         connection.close()
         begin = time.monotonic()
         private_postgres.stop("fast")  # every connection ends; new ones are refused

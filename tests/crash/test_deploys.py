@@ -26,7 +26,14 @@ from tests.crash.helpers import (
     holder_pid,
     wait_final,
 )
-from tests.support.processes import ROOT, process_env, wait_until
+from tests.support.processes import (
+    COMMAND_DEADLINE,
+    ROOT,
+    RUNS_END_DEADLINE,
+    TREE_DEADLINE,
+    process_env,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -96,7 +103,7 @@ def replay_check(module: str, *args: str) -> subprocess.CompletedProcess:
     env = process_env(AGENTOPS_AGENT_MODULES=module)
     return subprocess.run([sys.executable, "manage.py", "runs", "replay-check",
                            "--agent", "deployer", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=COMMAND_DEADLINE)
 
 
 def test_a_rolling_deploy_of_compatible_code_moves_every_run_without_an_operator(
@@ -109,7 +116,7 @@ def test_a_rolling_deploy_of_compatible_code_moves_every_run_without_an_operator
     _, v1 = deploy(1)
     gate = tmp_path / "gate"
     old = launch(v1, 20, gate=gate)
-    wait_until(lambda: held(old), 60, message="20 runs in flight, at their gate")
+    wait_until(lambda: held(old), TREE_DEADLINE, message="20 runs in flight, at their gate")
     assert not any(moves(run_id) for run_id in old)  # pinned to their tree while it lives
     _, v2 = deploy(2)
     new = launch(v2, 5)  # launched by the new deploy's web tier while both trees run
@@ -117,7 +124,7 @@ def test_a_rolling_deploy_of_compatible_code_moves_every_run_without_an_operator
     assert check.returncode == 0, check.stdout + check.stderr  # v2 replays them all
     a.signal(signal.SIGTERM)  # the deploy stops the old tree: its runs hand themselves back
     open_gate_once_stopping(a, gate)
-    runs = wait_final(old + new, timeout=120, resolve_in_doubt=False)
+    runs = wait_final(old + new, timeout=RUNS_END_DEADLINE, resolve_in_doubt=False)
     for run in runs.values():
         assert (run.status, run.output, run.agent_version) == (r.SUCCEEDED, {"units": STEPS},
                                                                "2"), (run.status, run.attention)
@@ -142,7 +149,7 @@ def test_an_incompatible_deploy_waits_for_its_version_then_a_previewed_upgrade_f
     module3, v3 = deploy(3)
     gate = tmp_path / "gate"
     old = launch(v2, 8, gate=gate)
-    wait_until(lambda: held(old), 60, message="8 runs in flight, at their gate")
+    wait_until(lambda: held(old), TREE_DEADLINE, message="8 runs in flight, at their gate")
     check = replay_check(module3, "--json")
     assert check.returncode == 1, check.stdout + check.stderr  # v3 diverges from them
     verdicts = json.loads(check.stdout)["runs"]
@@ -157,7 +164,7 @@ def test_an_incompatible_deploy_waits_for_its_version_then_a_previewed_upgrade_f
         runs = Run.objects.filter(pk__in=old)
         return all(run.status == r.SUCCEEDED or (run.attention or {}).get("kind") == "version"
                    for run in runs)
-    wait_until(all_waiting, 60, message="v2 runs finished or waiting for their version")
+    wait_until(all_waiting, TREE_DEADLINE, message="v2 runs finished or waiting for their version")
     waiting = list(Run.objects.filter(pk__in=old).exclude(status=r.SUCCEEDED))
     assert waiting, "B finished every run before it was stopped: nothing was left to wait"
     for run in waiting:
@@ -170,7 +177,7 @@ def test_an_incompatible_deploy_waits_for_its_version_then_a_previewed_upgrade_f
     assert preview["effects_dropped"] == 0
     result = upgrade.upgrade_many(store(), ids, actor="ops", reason="deploy 3", registry=v3)
     assert result == {"upgraded": ids, "failed": {}}
-    runs = wait_final(old + new, timeout=120, resolve_in_doubt=False)
+    runs = wait_final(old + new, timeout=RUNS_END_DEADLINE, resolve_in_doubt=False)
     for run in runs.values():
         assert run.status == r.SUCCEEDED, (run.status, run.attention)
         assert_consistent(run)
@@ -194,11 +201,11 @@ def test_workers_lost_after_progress_each_time_are_no_crash_loop(server, start_c
     for kill in range(3):
         logged = outcomes.count()
         wait_until(lambda logged=logged: outcomes.count() > logged and holder_pid(run_id) in
-                   cluster.worker_pids(), 60, message=f"progress before kill {kill + 1}")
+                   cluster.worker_pids(), TREE_DEADLINE, message=f"progress before kill {kill + 1}")
         os.kill(holder_pid(run_id), signal.SIGKILL)
     wait_until(lambda: Run.objects.get(pk=run_id).status in (*r.FINAL_STATUSES,
-                                                              r.NEEDS_ATTENTION), 120,
-               message="the run to finish")
+                                                              r.NEEDS_ATTENTION),
+               RUNS_END_DEADLINE, message="the run to finish")
     run = Run.objects.get(pk=run_id)
     assert (run.status, run.output, run.step_no) == (r.SUCCEEDED, {"units": 30}, 30), \
         run.attention

@@ -11,7 +11,7 @@ import pytest
 from runs import services
 from runs.models import Run, RunEvent
 from tests.crash.helpers import assert_consistent, assert_outside_world_clean, wait_final
-from tests.support.processes import Server, free_port, wait_until
+from tests.support.processes import RUNS_END_DEADLINE, TREE_DEADLINE, Server, free_port, wait_until
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -39,12 +39,12 @@ def test_sigkill_before_the_retry_wait_is_written(tmp_path, start_cluster, fault
         killed_pid = int(fired.name.rsplit(".", 1)[1])
         assert retry_waits(run_id) == 0  # it died before writing the wait
         # Another worker takes the run over and writes the wait the dead one could not.
-        wait_until(lambda: retry_waits(run_id) >= 1, 60, message="a durable retry wait")
+        wait_until(lambda: retry_waits(run_id) >= 1, TREE_DEADLINE, message="a durable retry wait")
         resumed = RunEvent.objects.filter(run_id=run_id, kind="status", data__after="crash")
         assert resumed.exists() and all(
             e.data["worker"].split(":")[1] != str(killed_pid) for e in resumed)
         sandbox = Server(tmp_path, port=port)  # back, at the same address
-        run = wait_final([run_id], timeout=120)[run_id]
+        run = wait_final([run_id], timeout=RUNS_END_DEADLINE)[run_id]
     finally:
         sandbox.stop()
     assert run.status == "succeeded", (run.status, run.error, run.attention)

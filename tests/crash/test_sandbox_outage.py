@@ -25,7 +25,7 @@ from runs.operator.selectors import workers_overview
 from sandbox import site
 from sandbox.models import Notification
 from tests.crash.helpers import assert_consistent, assert_outside_world_clean, wait_final
-from tests.support.processes import Server, free_port, wait_until
+from tests.support.processes import TREE_DEADLINE, Server, free_port, wait_until
 
 OUTAGE_SECONDS = float(os.environ.get("OUTAGE_SECONDS", "120"))
 MAX_INTERVAL = 5
@@ -85,7 +85,7 @@ def test_a_sandbox_outage_of_minutes_is_waited_out_without_holding_a_slot(tmp_pa
         run_ids = list(runs.values())
         env = {"AGENTOPS_SANDBOX_URL": url, "AGENTOPS_TOOL_RETRY_MAX_INTERVAL": MAX_INTERVAL}
         cluster = start_cluster(workers=2, **env)
-        wait_until(lambda: all(done_effects(i) >= 2 for i in run_ids), 60,
+        wait_until(lambda: all(done_effects(i) >= 2 for i in run_ids), TREE_DEADLINE,
                    message="every run under way")
         sandbox.signal_group(signal.SIGKILL)  # the outside world is gone, mid-request
         sandbox.stop()
@@ -115,6 +115,9 @@ def test_a_sandbox_outage_of_minutes_is_waited_out_without_holding_a_slot(tmp_pa
         assert shown_idle >= 1, "the workers page never showed the slots free"
 
         sandbox = Server(tmp_path, port=port)  # back, at the same address
+        # Nearly all the runs' work is still to do (a crawl of 300 pages, 200 batches of
+        # rows, the assistant's searches of a 200-page site; pages at 40 ms each), once
+        # their retry timers (up to 5 s apart) find the sandbox back.
         finished = wait_final(run_ids, timeout=240)
     finally:
         sandbox.stop()

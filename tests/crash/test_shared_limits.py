@@ -30,7 +30,7 @@ from runs.limits.stores import limit_store
 from runs.models import Run
 from sandbox.models import LlmCall
 from tests.crash.helpers import wait_final
-from tests.support.processes import wait_until
+from tests.support.processes import TREE_DEADLINE, wait_until
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -79,7 +79,7 @@ def test_fifty_runs_share_a_limit_across_three_workers(server, start_cluster, us
     # More than twice the cluster's slots wait on the limit holding no worker. (A held
     # run whose turn came is claimed before its status changes: for that moment it
     # holds a slot, so a few may, never more than the slots.)
-    waiting = wait_until(waiting_without_a_slot, 60,
+    waiting = wait_until(waiting_without_a_slot, TREE_DEADLINE,
                          message=f"more than {2 * slots} runs waiting on the limit")
     assert sum(run.lease_owner is not None for run in waiting) <= slots
     assert waiting[0].attention["message"] == "waiting for llm: 10 requests per 2 s"
@@ -87,6 +87,7 @@ def test_fifty_runs_share_a_limit_across_three_workers(server, start_cluster, us
     calls_before_bob = LlmCall.objects.count()
     bob_run = launch(users["bob"])
 
+    # 100 calls at 10 per 2 s: 20 s at the limit's pace, on three processes of CI's two cores
     runs = wait_final([*alice_runs, bob_run], timeout=100)
     assert {run.status for run in runs.values()} == {"succeeded"}
 

@@ -22,7 +22,14 @@ from runs import services
 from runs.models import Run
 from tests.chaos.wsclient import WebSocket
 from tests.crash.helpers import wait_final
-from tests.support.processes import LONG_SLICES, ROOT, Server, process_env, wait_until
+from tests.support.processes import (
+    LONG_SLICES,
+    ROOT,
+    TREE_DEADLINE,
+    Server,
+    process_env,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -33,6 +40,7 @@ def runs_show(run_id: str) -> dict:
     """`manage.py runs show --json`, as an operator runs it."""
     done = subprocess.run([sys.executable, "manage.py", "runs", "show", run_id, "--json"],
                           cwd=ROOT, env=process_env(AGENTOPS_LEASE_SECONDS=LEASE),
+                          # a process of its own: Django's start-up, tens of seconds on CI
                           capture_output=True, text=True, timeout=60, check=True)
     return json.loads(done.stdout)
 
@@ -81,7 +89,8 @@ def test_a_frozen_workers_run_shows_as_stalled_until_it_thaws(web, start_cluster
     # machine; once it is seen moving again after the thaw, it is cancelled.
     run_id = services.run_launch(user=alice, agent="steps",
                                  inputs={"steps": 300, "delay": 0.2}).id
-    wait_until(lambda: Run.objects.get(pk=run_id).step_no >= 2, 60, message="two steps")
+    wait_until(lambda: Run.objects.get(pk=run_id).step_no >= 2, TREE_DEADLINE,
+               message="two steps")
     # Read while held: at a time slice the run is released for a moment (and claimed
     # again by the one worker), its lease_owner empty in between.
     owner = wait_until(lambda: Run.objects.get(pk=run_id).lease_owner, 30, message="held")
@@ -122,7 +131,7 @@ def test_a_frozen_workers_run_shows_as_stalled_until_it_thaws(web, start_cluster
     except AssertionError as exc:
         raise AssertionError(f"{exc}; the run: {runs_show(run_id)}") from None
     assert runs_show(run_id)["stall"] is None
-    wait_until(lambda: Run.objects.get(pk=run_id).step_no > frozen_at, 60,
+    wait_until(lambda: Run.objects.get(pk=run_id).step_no > frozen_at, TREE_DEADLINE,
                message="a step after the thaw")
     services.run_cancel(run_id=run_id, user=alice, reason="seen moving again")
     run = wait_final([run_id])[run_id]

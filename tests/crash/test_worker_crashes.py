@@ -18,7 +18,7 @@ from tests.crash.helpers import (
     holder_pid,
     wait_final,
 )
-from tests.support.processes import wait_until
+from tests.support.processes import TREE_DEADLINE, wait_until
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -42,6 +42,8 @@ def test_sigkill_at_random_effect_boundaries(server, start_cluster):
     cluster = start_cluster(workers=2, **sandbox_env(server))
     run_ids = launch_steps(3, steps=25)
     kills = 0
+    # Six kills 0.2-0.8 s apart, each only while a run is running on a live worker: after
+    # a kill the restart loop's fresh tree (a new Python: tens of seconds on CI) claims them.
     deadline = time.monotonic() + 90
     while kills < 6 and time.monotonic() < deadline:
         time.sleep(rng.uniform(0.2, 0.8))
@@ -97,7 +99,7 @@ def test_in_doubt_notification_goes_to_an_operator(server, start_cluster, faults
     start_cluster(workers=1, **sandbox_env(server))
     (faults_dir / "after_effect_before_log").write_text("kill@send_notification")
     [run_id] = launch_steps(1, steps=3)
-    wait_until(lambda: Run.objects.get(pk=run_id).status == "needs_attention", 60,
+    wait_until(lambda: Run.objects.get(pk=run_id).status == "needs_attention", TREE_DEADLINE,
                message="the in-doubt effect to surface")
     run = Run.objects.get(pk=run_id)
     assert run.attention["kind"] == "in_doubt"
@@ -183,7 +185,7 @@ def test_sigstop_zombie_writes_are_refused(server, start_cluster):
 def test_crash_loop_guard_stops_a_run_that_kills_its_worker(start_cluster):
     start_cluster(workers=1)
     run = services.run_launch(user=None, agent="crasher", inputs={})
-    wait_until(lambda: Run.objects.get(pk=run.id).status == "needs_attention", 60,
+    wait_until(lambda: Run.objects.get(pk=run.id).status == "needs_attention", TREE_DEADLINE,
                message="the crash-loop guard")
     run.refresh_from_db()
     assert run.attention["kind"] == "crash_loop"
@@ -200,8 +202,11 @@ def test_twenty_runs_share_four_workers(start_cluster):
     def first_finished():
         return Run.objects.filter(pk__in=run_ids, status="succeeded").exists()
 
+    # none ends before all twenty have had turns: 20 steps each, handed back every 0.3 s
     wait_until(first_finished, 120, message="a first run to finish")
     started = Run.objects.filter(pk__in=run_ids, step_no__gt=0).count()
     assert started == 20, f"only {started} of 20 runs had progressed when the first finished"
+    # 400 steps of 0.05 s on eight slots, each run handed back at every 0.3 s slice and
+    # claimed again, on a tree sharing CI's two cores
     runs = wait_final(run_ids, timeout=180)
     assert all(r.status == "succeeded" and r.output == {"ticks": 20} for r in runs.values())

@@ -26,7 +26,7 @@ from tests.deploys.conftest import (
     waiting_for_v1,
 )
 from tests.durable.agents_for_tests import WORLD
-from tests.support.processes import ROOT, process_env
+from tests.support.processes import COMMAND_DEADLINE, ROOT, process_env
 
 pytestmark = pytest.mark.django_db
 
@@ -157,7 +157,7 @@ def test_a_real_process_of_the_new_deploy_exits_1_then_0():
     def run(module):
         return subprocess.run([sys.executable, "manage.py", "runs", "replay-check"], cwd=ROOT,
                               env=process_env(AGENTOPS_AGENT_MODULES=module), text=True,
-                              capture_output=True, timeout=120)
+                              capture_output=True, timeout=COMMAND_DEADLINE)
 
     v3 = run("tests.workload_agents,tests.deploys.served_v3")
     assert v3.returncode == 1, v3.stdout + v3.stderr

@@ -12,6 +12,8 @@ def writers(run_id: str) -> set[str]:
             .values_list("worker", flat=True) if w}
 
 
+# timeout: the runs' units on hosts that reach PostgreSQL through PgBouncer on the bridge,
+# a lost host's runs once their 2 s leases run out, on CI's two cores
 def assert_each_unit_once(run_ids: list[str], steps: int, timeout: float = 90) -> dict:
     """Every run succeeded with the output of an uninterrupted one; no duplicate event,
     effect, checkpoint or downstream write. Returns the runs."""

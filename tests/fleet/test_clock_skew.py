@@ -54,6 +54,7 @@ def test_hosts_an_hour_apart_agree_on_leases_and_timers(fleet):
                              behind.hostname: {"AGENTOPS_TEST_CLOCK_SKEW": -HOUR}},
                             AGENTOPS_RUNS_PER_WORKER=4, PYTHONPATH=f"{SKEWED}:{ROOT}")
     run_ids = fleet.launch(4, steps=STEPS, delay=0.1, sleep=SLEEP)
+    # four runs of four units with 1.5 s timers between them, moving from host to host
     assert_each_unit_once(run_ids, STEPS, timeout=60)
     for tree in trees.values():  # no run was taken from a live worker
         assert "lease lost" not in tree.output() and "fenced off" not in tree.output()

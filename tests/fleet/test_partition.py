@@ -52,6 +52,7 @@ def test_a_partitioned_host_is_fenced_off_and_goes_on_with_other_work(fleet):
     fleet = fleet(hosts=3)
     trees = fleet.start_all(AGENTOPS_RUNS_PER_WORKER=2)
     run_ids = fleet.launch(4, steps=STEPS, delay=0.3, hold=HELD)
+    # two units of 0.3 s first, on three trees just started together on CI's two cores
     host, run = wait_until(lambda: inside_the_held_call(fleet, run_ids), 40,
                            message="a host inside a held tool call")
     unit = f"{run.id}-{HELD}"
@@ -64,12 +65,13 @@ def test_a_partitioned_host_is_fenced_off_and_goes_on_with_other_work(fleet):
         fleet.release(unit)
         wait_until(lambda: taken_over(run.id, run.epoch, host, unit), 30,
                    message="another host to take the run over")
-        # The operator's Workers page shows the host cut off (its heartbeat stale).
+        # The operator's Workers page shows the host cut off (its heartbeat stale, at 15 s).
         wait_until(lambda: shown_unreachable(host), 40,
                    message="the Workers page to show the host unreachable")
     finally:
         host.heal()
     tree = trees[host.hostname]
+    # the writes arrive at TCP's next retransmission, whose wait doubled through the cut
     wait_until(lambda: f"run {run.id}: fenced off" in tree.output(), 60,
                message="the cut-off host's late writes refused")
     # Its late writes did not land: nothing of its epoch from the held call on.
@@ -82,6 +84,6 @@ def test_a_partitioned_host_is_fenced_off_and_goes_on_with_other_work(fleet):
         if other is not host:
             trees[other.hostname].signal(signal.SIGTERM)
     run_ids += fleet.launch(2, steps=STEPS, delay=0.2)
-    assert_each_unit_once(run_ids, STEPS, timeout=60)
+    assert_each_unit_once(run_ids, STEPS, timeout=60)  # six runs' rest, on the one tree left
     assert tree.mains == [tree.proc] and tree.alive()  # never restarted
     assert host.hostname in writers(run.id) and len(writers(run.id)) >= 2

@@ -20,7 +20,7 @@ from runs.services import run_launch
 from tests.observability.panels import draw_panels
 from tests.observability.stack import logged_in, post_form, scrape, stack_env
 from tests.support.otlp import Collector
-from tests.support.processes import ROOT, Server, free_port, wait_until
+from tests.support.processes import ROOT, TREE_DEADLINE, Server, free_port, wait_until
 from tests.workload_agents import pause_for, post_record, send_notification
 
 pytestmark = pytest.mark.services
@@ -73,6 +73,8 @@ def test_metrics_follow_the_runs_through_a_worker_crash_and_an_in_doubt_effect(
         # 1. plain runs, to the end
         plain = [run_launch(user=users["alice"], agent="steps",
                             inputs={"steps": STEPS, "delay": 0.05}).pk for _ in range(PLAIN_RUNS)]
+        # the first runs of a tree just started, four of ten 0.05 s steps, their metrics
+        # and spans exported as they go: seconds of work, on CI's loaded cores
         wait_until(lambda: Run.objects.filter(pk__in=plain, status=r.SUCCEEDED).count()
                    == PLAIN_RUNS, 120, message="the plain runs to succeed")
         after_plain = wait_until(lambda: _at_least(
@@ -89,7 +91,7 @@ def test_metrics_follow_the_runs_through_a_worker_crash_and_an_in_doubt_effect(
         doubtful = run_launch(user=users["alice"], agent="steps",
                               inputs={"steps": 3, "delay": 0, "notify": True}).pk
         wait_until(lambda: Run.objects.filter(pk=doubtful, status=r.NEEDS_ATTENTION).exists(),
-                   60, message="the run to be in doubt")
+                   TREE_DEADLINE, message="the run to be in doubt")
         assert list(faults_dir.glob("before_effect.fired.*")), "the worker was killed"
         in_doubt = wait_until(lambda: _at_least(server.url, "agentops_in_doubt_effects", 1), 30,
                               message="the in-doubt effect in /metrics")
@@ -110,8 +112,8 @@ def test_metrics_follow_the_runs_through_a_worker_crash_and_an_in_doubt_effect(
             "seq": seq, "resolution": "done", "result": '{"count": 1}',
             "reason": "the notification arrived (checked by hand)"})
         assert answer.status_code == 302, answer.text[:500]
-        wait_until(lambda: Run.objects.filter(pk=doubtful, status=r.SUCCEEDED).exists(), 60,
-                   message="the resolved run to succeed")
+        wait_until(lambda: Run.objects.filter(pk=doubtful, status=r.SUCCEEDED).exists(),
+                   TREE_DEADLINE, message="the resolved run to succeed")
         final = wait_until(lambda: _at_least(server.url, "agentops_run_sessions_total",
                                              PLAIN_RUNS + 1, outcome="succeeded"), 30,
                            message="its ending counted")
@@ -141,7 +143,7 @@ def test_metrics_follow_the_runs_through_a_worker_crash_and_an_in_doubt_effect(
             sum(Run.objects.get(pk=run_id).checkpoint_count for run_id in runs)
         # the killed worker replaced: the heartbeat lists the new one when it next beats
         wait_until(lambda: scrape(server.url).value("agentops_worker_processes",
-                                                     role="worker") == 2, 60,
+                                                     role="worker") == 2, TREE_DEADLINE,
                    message="the killed worker's replacement in the heartbeat")
 
         ARTIFACTS.mkdir(parents=True, exist_ok=True)

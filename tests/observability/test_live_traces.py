@@ -24,7 +24,7 @@ from runs.models import Effect, Run, RunEvent
 from tests.observability.stack import logged_in, post_form, stack_env
 from tests.observability.traced_agent import hold_until, post_downstream
 from tests.support.otlp import Collector
-from tests.support.processes import LONG_SLICES, Server, wait_until
+from tests.support.processes import LONG_SLICES, TREE_DEADLINE, Server, wait_until
 from tests.workload_agents import pause_for
 
 pytestmark = pytest.mark.services
@@ -69,18 +69,20 @@ def test_one_trace_from_the_launching_request_across_a_sigkill_of_the_worker(
         # the last step's downstream call is logged: the worker is now inside hold_until;
         # the steps before it have ended and their spans reached the collector
         wait_until(lambda: Effect.objects.filter(run_id=run_id, step_no=STEPS, status=r.DONE,
-                                                 tool=post_downstream.name).exists(), 60,
-                   message="the last step's call logged")
+                                                 tool=post_downstream.name).exists(),
+                   TREE_DEADLINE, message="the last step's call logged")
         wait_until(lambda: len(spans("step 2")) == 1, 30, message="the first two steps exported")
         holder = Run.objects.get(pk=run_id).lease_owner
         pid = int(holder.split(":")[1])
         assert pid in cluster.worker_pids()
         os.kill(pid, signal.SIGKILL)
         wait_until(lambda: (owner := Run.objects.get(pk=run_id).lease_owner) and owner != holder,
-                   60, message="another worker to take the run over")
+                   TREE_DEADLINE, message="another worker to take the run over")
         release.touch()
-        wait_until(lambda: Run.objects.get(pk=run_id).status == r.SUCCEEDED, 60,
+        wait_until(lambda: Run.objects.get(pk=run_id).status == r.SUCCEEDED, TREE_DEADLINE,
                    message="the run to succeed")
+        # the run's end is written before its last step's span leaves the worker, on the
+        # exporter's own thread, which CI's loaded cores may keep waiting for a while
         wait_until(lambda: [s for s in spans(f"step {STEPS}")
                             if (hold_until.name, False, "done") in effects(s)], 90,
                    message="the second claim's last step")
@@ -158,13 +160,16 @@ def test_a_deploys_sigterm_exports_the_spans_of_the_runs_it_hands_back(
         run_id = services.run_launch(user=None, agent="ticker",
                                      inputs={"steps": 400, "delay": 0.05}).id
         try:
-            wait_until(lambda: Run.objects.get(pk=run_id).step_no >= 3, 60, message="three steps")
+            wait_until(lambda: Run.objects.get(pk=run_id).step_no >= 3, TREE_DEADLINE,
+                       message="three steps")
         except AssertionError as error:
             run = Run.objects.get(pk=run_id)
             raise AssertionError(f"{error}: {run.status} {run.lease_owner} step {run.step_no}\n"
                                  f"{cluster.output()[-4000:]}") from None
         holder = Run.objects.get(pk=run_id).lease_owner
         cluster.signal(signal.SIGTERM)  # the deploy stops the old tree
+        # the run handed back at its next step, spans flushed, then the tree exits; past
+        # AGENTOPS_SHUTDOWN_GRACE (20 s), after which the main kills what is left
         cluster.proc.wait(60)
         run = Run.objects.get(pk=run_id)
         assert run.lease_owner is None and run.status == r.QUEUED  # handed back

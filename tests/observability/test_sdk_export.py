@@ -120,6 +120,8 @@ def test_no_span_is_lost_while_the_collector_is_briefly_down(collector, traced, 
                message="the exporter to fail and wait to try again")
     assert collector.received == 0
     collector.reopen()
+    # the exporter's next try comes after its current wait: 1, 2, 4, 8 or 16 s (±20 %, six
+    # tries at most), one of the longer ones if the reopen came late in that series
     wait_until(lambda: len(of_run(collector, run_id)) == 4, 40, message="the run's spans")
     assert tracing.flush(30)
 
@@ -187,6 +189,8 @@ def test_a_forked_child_exports_through_a_provider_of_its_own(collector):
     connection to the collector is shared with the parent: the child starts its own."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url,
            "OTEL_BSP_SCHEDULE_DELAY": HOUR_MS}
+    # a fresh Python that imports the SDK, then the script's flushes of up to 30 s each
+    # (one before the fork, then one in each process at once)
     done = subprocess.run([sys.executable, "-c", FORKING], cwd=ROOT, env=env, text=True,
                           capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr

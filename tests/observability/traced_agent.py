@@ -17,6 +17,8 @@ def post_downstream(url: str, unit: str, *, idempotency_key: str) -> dict:
 
 @tool(idempotent=True)
 def hold_until(path: str, *, idempotency_key: str) -> bool:
+    # The test lets go once the earlier steps' spans arrived (30 s allowed) and, after its
+    # kill, another worker took over (60 s): past both; it ends a call a failed test left.
     deadline = time.monotonic() + 120
     while not os.path.exists(path):
         if time.monotonic() > deadline:

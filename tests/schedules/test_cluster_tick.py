@@ -10,7 +10,7 @@ from runs.durable import records as r
 from runs.models import Run
 from runs.schedules import services
 from runs.schedules.models import ScheduleLaunch
-from tests.support.processes import wait_until
+from tests.support.processes import TREE_DEADLINE, wait_until
 
 pytestmark = pytest.mark.services
 
@@ -23,7 +23,7 @@ def test_two_clusters_launch_an_interval_schedule_once_per_slot(users, start_clu
         "kind": "interval", "interval_seconds": 2, "overlap": "allow"})
     wait_until(lambda: ScheduleLaunch.objects.filter(schedule=schedule,
                                                      outcome="launched").count() >= 3,
-               60, message="three launches")
+               TREE_DEADLINE, message="three launches")
     services.schedule_set_paused(schedule=schedule, paused=True)
     launches = list(ScheduleLaunch.objects.filter(schedule=schedule).order_by("slot_at"))
     slots = [launch.slot_at for launch in launches]
@@ -33,6 +33,6 @@ def test_two_clusters_launch_an_interval_schedule_once_per_slot(users, start_clu
         assert (later - earlier).total_seconds() % 2 == 0
     run_ids = [launch.run_id for launch in launches]
     wait_until(lambda: Run.objects.filter(pk__in=run_ids, status=r.SUCCEEDED).count()
-               == len(run_ids), 60, message="the scheduled runs ran")
+               == len(run_ids), TREE_DEADLINE, message="the scheduled runs ran")
     assert set(Run.objects.filter(pk__in=run_ids).values_list("owner_id", flat=True)) == \
         {users["alice"].pk}

@@ -145,6 +145,8 @@ def test_two_clusters_ticking_at_once_launch_each_slot_once(users):
     for thread in threads:
         thread.start()
     for thread in threads:
+        # ten rounds of five launches a tick; a thread stuck in one ends the other's wait at
+        # the barrier's 30 s with an error (reported below): this outlasts that
         thread.join(timeout=120)
     assert not errors
     for schedule in schedules:

@@ -25,6 +25,22 @@ ROOT = Path(__file__).resolve().parents[2]
 # a load of 14): no time slice ends during the test.
 LONG_SLICES = {"AGENTOPS_TIME_SLICE": 600, "AGENTOPS_UNCONTENDED_SLICE": 600}
 
+# Deadlines (seconds) of waits on real processes. A wait ends as soon as its condition
+# holds, so a deadline only bounds a failure; these are set for CI, where the processes
+# share two cores with the other test streams (loads of 10-25), not for a quiet machine.
+#
+# A worker tree brought to a moment of its runs: a claim, a few steps, a status, a
+# takeover after a kill. Seconds of work, but a kill ends the tree and the restart loop's
+# fresh one is a new Python that imports Django before it forks (tens of seconds on CI,
+# as a command's start-up is), and every claim and step waits its turn for a core.
+TREE_DEADLINE = 60
+# Runs taken to their end through what the test did to them (kills, faults, a deploy):
+# the rest of their work, replayed up to where each stood, after a fresh tree per kill.
+RUNS_END_DEADLINE = 120
+# A `manage.py` command, or a script that sets Django up, in a process of its own: its
+# start-up alone takes tens of seconds on CI (tests/api/test_cli_remote.py), then its work.
+COMMAND_DEADLINE = 120
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -136,6 +152,8 @@ class Cluster(Managed):
     through another (a worker host in a network namespace: tests/support/netns.py); it
     must exec the command, so that `pid` is the tree's main."""
 
+    # ready_timeout: the main is a new Python that imports Django and the agents before it
+    # forks its workers (tens of seconds on CI), and other streams start trees beside it.
     def __init__(self, tmp_path: Path, workers: int = 2, name: str = "c", restart: bool = True,
                  ready_timeout: float = 90.0, wrapper: tuple[str, ...] = (), **env):
         env.setdefault("AGENTOPS_WORKERS", workers)

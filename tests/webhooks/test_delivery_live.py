@@ -19,7 +19,7 @@ from runs.durable import records as r
 from runs.models import Run, RunEvent
 from runs.webhooks.agents import DELIVERY_AGENT
 from runs.webhooks.models import Attempt, Delivery, Subscription
-from tests.support.processes import wait_until
+from tests.support.processes import TREE_DEADLINE, wait_until
 from tests.webhooks.receiver import Receiver
 
 pytestmark = pytest.mark.services
@@ -46,16 +46,21 @@ def test_every_event_is_delivered_once_signed_after_the_endpoint_recovers(
     asking = services.run_launch(user=alice, agent="ask", inputs={})
     start_cluster(workers=2, **FAST_RETRIES)
 
+    # three runs of three 0.05 s steps on the tree just started: seconds; the deadline
+    # bounds a failure only, on CI's loaded cores
     wait_until(lambda: Run.objects.filter(pk__in=[t.pk for t in tickers],
                                           status=r.SUCCEEDED).count() == 3, 90, message="tickers")
-    wait_until(lambda: Run.objects.get(pk=asking.pk).status == r.WAITING, 60, message="the ask")
+    wait_until(lambda: Run.objects.get(pk=asking.pk).status == r.WAITING, TREE_DEADLINE,
+               message="the ask")
     # 3 ended + 1 waiting for input for alice, 3 ended for the operator's "all"
-    wait_until(lambda: Delivery.objects.count() == 7, 60, message="seven deliveries")
+    wait_until(lambda: Delivery.objects.count() == 7, TREE_DEADLINE, message="seven deliveries")
     deliveries = list(Delivery.objects.all())
 
     def refused_often():
         return all(Attempt.objects.filter(delivery=d, status_code=503).count() >= 4
                    for d in deliveries)
+    # four attempts of each of seven deliveries, 0.3 s to 2 s apart (FAST_RETRIES); after a
+    # wait past a second (a durable timer) a delivery run is claimed again, by two workers
     wait_until(refused_often, 120, message="every delivery refused four times")
     assert receiver.accepted() == []
     # the runs the events are about had ended (or were waiting) long before any delivery
@@ -71,10 +76,11 @@ def test_every_event_is_delivered_once_signed_after_the_endpoint_recovers(
                                    data__status=r.WAITING).exists()
 
     receiver.refusing = False
+    # each delivery's next attempt is due within its backoff's 2 s cap, then claimed
     wait_until(lambda: Delivery.objects.filter(status="delivered").count() == 7, 120,
                message="every delivery delivered")
     wait_until(lambda: Run.objects.filter(pk__in=delivery_runs, status=r.SUCCEEDED).count() == 7,
-               60, message="delivery runs ended")
+               TREE_DEADLINE, message="delivery runs ended")
 
     accepted = receiver.accepted()
     assert sorted(a.headers["webhook-id"] for a in accepted) == sorted(d.msg_id for d in deliveries)

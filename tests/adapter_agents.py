@@ -313,22 +313,34 @@ def deps(inputs: dict) -> dict:
     return {"delay": inputs["delay"]}
 
 
-def register(registry=None, transport=None, base_url=None) -> None:
+def sdks_of(agent_name: str) -> str:
+    """AGENTOPS_TEST_SDKS for a worker tree that runs only `agent_name` (test_pydantic...)."""
+    return agent_name.removeprefix("test_").removesuffix("_notes")
+
+
+def register(registry=None, transport=None, base_url=None, sdks=None) -> None:
     """Built at import, so that the worker tree's main process imports the SDKs before it forks its
     workers: a worker that replaces a killed one has them already (importing one takes
-    seconds, on a loaded machine more than the test leaves between two kills)."""
-    from runs.adapters import openai_agents, pydantic_ai
+    seconds, on a loaded machine more than the test leaves between two kills). `sdks`
+    (AGENTOPS_TEST_SDKS: "pydantic", "openai" or both, comma-separated): the agents of
+    which SDKs; a tree that runs one SDK's agents need not import the other (the OpenAI
+    Agents SDK takes 2.1 s of CPU to import here, Pydantic AI 1.1 s, at every fresh tree)."""
     from runs.durable import registry as default
 
+    sdks = (sdks or os.environ.get("AGENTOPS_TEST_SDKS") or "pydantic,openai").split(",")
     base_url = base_url or f"{sandbox_url()}/llm/v1"
     registry = registry or default
     for suffix, options in (("", {}), ("_notes", {"non_idempotent": ["write_note"]})):
-        pydantic_ai.durable(build_pydantic(base_url, transport), name=f"test_pydantic{suffix}",
-                            version="1", input_schema=SCHEMA, deps=deps, registry=registry,
-                            **options)
-        openai_agents.durable(build_openai(base_url, transport), name=f"test_openai{suffix}",
-                              version="1", input_schema=SCHEMA, context=deps,
-                              registry=registry, **options)
+        if "pydantic" in sdks:
+            from runs.adapters import pydantic_ai
+            pydantic_ai.durable(build_pydantic(base_url, transport), name=f"test_pydantic{suffix}",
+                                version="1", input_schema=SCHEMA, deps=deps, registry=registry,
+                                **options)
+        if "openai" in sdks:
+            from runs.adapters import openai_agents
+            openai_agents.durable(build_openai(base_url, transport), name=f"test_openai{suffix}",
+                                  version="1", input_schema=SCHEMA, context=deps,
+                                  registry=registry, **options)
 
 
 register()

@@ -129,7 +129,8 @@ def test_a_worker_killed_inside_a_non_idempotent_tool_then_resolved_on_the_page(
     cluster = start_cluster(workers=1, ready_timeout=180,
                             AGENTOPS_SANDBOX_URL=f"{server.url}/sandbox",
                             AGENTOPS_LEASE_SECONDS=2, AGENTOPS_TEST_JOURNAL=journal,
-                            AGENTOPS_AGENT_MODULES="tests.adapter_agents")
+                            AGENTOPS_AGENT_MODULES="tests.adapter_agents",
+                            AGENTOPS_TEST_SDKS=agents.sdks_of(name))
     (faults_dir / "after_effect_before_log").write_text(f"kill@{name}/tool.write_note")
     run = services.run_launch(user=users["alice"], agent=name, inputs=ONE_PROMPT)
     # 60 s: the kill, a new worker forked and the run taken over, on a loaded 2-core machine

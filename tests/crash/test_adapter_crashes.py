@@ -48,7 +48,8 @@ def test_sigkill_an_sdk_agents_worker_at_random_instants(name, server, start_clu
     cluster = start_cluster(workers=2, ready_timeout=180, AGENTOPS_SANDBOX_URL=sandbox,
                             AGENTOPS_LEASE_SECONDS=2,
                             AGENTOPS_TEST_JOURNAL=journal,
-                            AGENTOPS_AGENT_MODULES="tests.workload_agents,tests.adapter_agents")
+                            AGENTOPS_AGENT_MODULES="tests.workload_agents,tests.adapter_agents",
+                            AGENTOPS_TEST_SDKS=agents.sdks_of(name))
     rng = random.Random(int(os.environ.get("CRASH_SEED", "19")))
     run_ids, kills = [], 0
     # Each kill waits for a run to be running on a live worker again: every kill ends the

@@ -283,6 +283,7 @@ def test_runs_of_one_process_make_their_model_requests_at_the_same_time(world):
         thread.start()
     for thread in threads:
         thread.join(60)  # past the barrier's 20 s: a pair that never met shows in the outcomes
+    assert not any(thread.is_alive() for thread in threads), "a run never returned"
     assert outcomes == {i: Outcome.SUCCEEDED for i in ids}
 
 

@@ -148,6 +148,7 @@ def test_two_clusters_ticking_at_once_launch_each_slot_once(users):
         # ten rounds of five launches a tick; a thread stuck in one ends the other's wait at
         # the barrier's 30 s with an error (reported below): this outlasts that
         thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads), "a tick never returned"
     assert not errors
     for schedule in schedules:
         slots = list(ScheduleLaunch.objects.filter(schedule=schedule, outcome="launched")

@@ -12,7 +12,7 @@ from runs.durable.retry import retryable
 from runs.models import Run
 from runs.webhooks import sending
 from runs.webhooks.models import Attempt, Delivery, Subscription
-from tests.webhooks.receiver import Receiver
+from tests.webhooks.receiver import ENDLESS_CAP, Receiver
 
 CLOSED = {"ALLOWED_NETWORKS": [], "RETRY_INITIAL": 5.0, "RETRY_MAX_INTERVAL": 3600.0,
           "RETRY_FOR": 1.0, "TIMEOUT": 5.0}
@@ -58,5 +58,41 @@ def test_an_answer_other_than_2xx_is_retried_and_a_2xx_delivers(users):
         assert len(receiver.requests) == 2
         stamps = [req.headers["webhook-timestamp"] for req in receiver.requests]
         assert all(s.isdigit() for s in stamps)
+    finally:
+        receiver.stop()
+
+
+@pytest.mark.django_db
+@override_settings(WEBHOOKS=LOOPBACK)
+def test_an_answer_without_end_is_read_only_up_to_the_clip(users):
+    receiver = Receiver()
+    receiver.endless = True
+    try:
+        delivery = delivery_to(users["alice"], receiver.url)
+        with pytest.raises(sending.EndpointFailed, match="HTTP 500"):
+            sending.attempt(delivery.pk)
+        [attempt] = Attempt.objects.filter(delivery=delivery)
+        assert attempt.response_body == "x" * sending.BODY_CLIP
+        # the worker hung up after its clip: the endpoint could not send it all (only what
+        # the two sockets' buffers took, a few MiB on loopback)
+        assert receiver.sent < ENDLESS_CAP, receiver.sent
+    finally:
+        receiver.stop()
+
+
+@pytest.mark.django_db
+@override_settings(WEBHOOKS=LOOPBACK)
+def test_an_endpoints_cookie_is_never_sent_back(users):
+    """One client serves every delivery of a process: it must keep no cookie, or one
+    subscriber's would reach the next request (its own, or another subscriber's)."""
+    receiver = Receiver()
+    receiver.cookie = "session=from-the-endpoint"
+    try:
+        first = delivery_to(users["alice"], receiver.url)
+        with pytest.raises(TransientToolError):
+            sending.attempt(first.pk)
+        receiver.refusing = False
+        assert sending.attempt(first.pk)["status_code"] == 200
+        assert [request.headers.get("Cookie") for request in receiver.requests] == [None, None]
     finally:
         receiver.stop()

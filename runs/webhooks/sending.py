@@ -4,8 +4,9 @@ trying again. The retrying itself is the engine's (agents.py).
 
 Every attempt of a process goes through one HTTP client (making one cost about 50 ms
 of CPU: its TLS context), which keeps no cookie: an endpoint's cookies must not reach
-another subscriber's. Of the answer, only the first BODY_CLIP characters are read, within
-the timeout: an endpoint that answers without end holds a worker no longer than that."""
+another subscriber's. Of the answer, only the first BODY_CLIP characters are read, and
+nothing after the timeout: an endpoint that answers without end, or a byte at a time,
+holds a worker for twice the timeout at most (a read that began waits its own)."""
 
 from __future__ import annotations
 
@@ -85,8 +86,8 @@ class _Answer:
 
 
 def _post(url: str, body: str, headers: dict, timeout: float) -> tuple[int, _Answer]:
-    """(status, the answer's first BODY_CLIP characters and Retry-After), read within
-    `timeout` in all: each read has the timeout too, so a trickle cannot stretch it."""
+    """(status, the answer's first BODY_CLIP characters and Retry-After): no read begins
+    after `timeout` (each read may wait `timeout` itself), so a trickle cannot stretch it."""
     deadline = time.monotonic() + timeout
     with _client().stream("POST", url, content=body.encode(), headers=headers,
                           timeout=timeout) as response:

@@ -108,18 +108,30 @@ def test_the_dashboard_and_the_attention_queue_list_it(ops):
     assert ops_selectors.attention_count() == 1
 
 
+def queued_seconds(text: str) -> int:
+    """The seconds a `why` says the run has been queued, after the attention's message."""
+    found = re.search(rf"{re.escape(DIVERGES_AT_1)} \(queued (\d+) s\)", text)
+    assert found, text
+    return int(found.group(1))
+
+
 def test_the_stall_rule_gives_the_attention_message_as_why():
     run_id = waiting_for_v1(launch())
-    Run.objects.filter(pk=run_id).update(updated_at=timezone.now() - timedelta(seconds=75))
+    updated = timezone.now() - timedelta(seconds=75)
+    Run.objects.filter(pk=run_id).update(updated_at=updated)
     run = Run.objects.get(pk=run_id)
     stall = stalls.stall_of(run)
-    assert (stall.kind, stall.why) == (stalls.UNCLAIMED, f"{DIVERGES_AT_1} (queued 75 s)")
+    assert stall.kind == stalls.UNCLAIMED
     row = Run.objects.filter(pk=run_id).values(*stalls.FIELDS).get()
     assert stalls.stall_of(row).why == stall.why  # the live feeds' rows say the same
     assert Run.objects.filter(stalls.stalled_q(kind=stalls.UNCLAIMED)).count() == 1
     shown = runs_cli("show", run_id)
-    assert "STALLED since" in shown and f"{DIVERGES_AT_1} (queued 75 s)" in shown
+    assert "STALLED since" in shown
     assert "WAITING FOR ITS CODE" not in shown  # said once, in the stall
+    # 75 s at the update; the command-line client, a process of its own, may read the
+    # clock seconds later on a loaded machine
+    since = (timezone.now() - updated).total_seconds()
+    assert 75 <= queued_seconds(stall.why) <= queued_seconds(shown) <= since
 
 
 def test_runs_show_says_why_it_waits(users):

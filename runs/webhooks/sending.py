@@ -24,6 +24,7 @@ from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
 from runs.durable import PermanentToolError, TransientToolError
+from runs.worker.db import release_connection
 
 from .addresses import AddressRefused, check_resolved
 from .models import Attempt, Delivery, DeliveryStatus
@@ -63,6 +64,9 @@ def attempt(delivery_id: int) -> dict:
         check_resolved(url)
         # a fresh timestamp each attempt: receivers refuse old ones (replay protection)
         headers = signed_headers(delivery, body, datetime.now(UTC))
+        # the answer may take the whole timeout: a worker's pooled connection (the reads
+        # above took it) goes back to its pool meanwhile
+        release_connection()
         status, answer = _post(url, body, headers, settings.WEBHOOKS["TIMEOUT"])
     except AddressRefused as exc:
         _finish(row, started, error=str(exc))

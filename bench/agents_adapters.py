@@ -10,7 +10,7 @@ import os
 import statistics
 import time
 
-from bench.setup_db import setup_django
+from bench.setup_db import execute_to_end, setup_django
 
 # bench/agents.py's questions use the same database
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/agentops_bench_agents"
@@ -109,9 +109,7 @@ def bench_adapters(runs: int, latency_ms: float) -> list[dict]:
             unstreamed_s.append(time.perf_counter() - start)
             start = time.perf_counter()
             run = control.launch(store, agent=name, inputs=inputs, registry=registry)
-            while (outcome := execute_run(store, run.id, config, registry=registry)) \
-                    == Outcome.YIELDED:
-                pass
+            outcome = execute_to_end(store, run.id, config, registry)
             engine_s.append(time.perf_counter() - start)
             assert outcome == Outcome.SUCCEEDED, (outcome, Run.objects.get(pk=run.id).error)
             answers.add(Run.objects.get(pk=run.id).output["answer"])

@@ -7,6 +7,8 @@ import os
 import uuid
 from collections import defaultdict
 
+from bench.setup_db import execute_to_end
+
 SOURCES = 2  # histories the engine records; the others are copies of theirs
 
 
@@ -74,7 +76,7 @@ def _failed(assertion, *args) -> list[str]:
 def record_histories(server, count: int, effects: int) -> list[str]:
     """`SOURCES` runs of deploy 1 executed to their end in this process, and copies of
     their rows under new run ids: `count` histories of `effects` effects."""
-    from runs.durable import Outcome, WorkerConfig, execute_run
+    from runs.durable import WorkerConfig
     from runs.storage import database_store
 
     os.environ["AGENTOPS_SANDBOX_URL"] = f"{server.url}/sandbox"
@@ -82,8 +84,7 @@ def record_histories(server, count: int, effects: int) -> list[str]:
     sources = launch(v1, SOURCES, effects // 2, 0.0)  # two effects a step
     config = WorkerConfig(owner="bench:0:histories", lease_seconds=60, slice_seconds=1e9)
     for run_id in sources:
-        while execute_run(database_store(), run_id, config, registry=v1) == Outcome.YIELDED:
-            pass
+        execute_to_end(database_store(), run_id, config, v1)
     return sources + copy_runs(sources, count - len(sources))
 
 

@@ -3,6 +3,7 @@ launches, what makes a deploy of them wrong, and recorded histories in bulk."""
 
 import ast
 import importlib
+import math
 import os
 import uuid
 from collections import defaultdict
@@ -82,7 +83,7 @@ def record_histories(server, count: int, effects: int) -> list[str]:
     os.environ["AGENTOPS_SANDBOX_URL"] = f"{server.url}/sandbox"
     _, v1 = deploy(1)
     sources = launch(v1, SOURCES, effects // 2, 0.0)  # two effects a step
-    config = WorkerConfig(owner="bench:0:histories", lease_seconds=60, slice_seconds=1e9)
+    config = WorkerConfig(owner="bench:0:histories", lease_seconds=60, slice_seconds=math.inf)
     for run_id in sources:
         execute_to_end(database_store(), run_id, config, v1)
     return sources + copy_runs(sources, count - len(sources))

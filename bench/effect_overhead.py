@@ -23,6 +23,7 @@ worker's, so it does not keep them.
 
 import gc
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -103,7 +104,7 @@ def main(effects: int = 1000, repeats: int = 40):
         return traced
 
     store = database_store()
-    config = WorkerConfig(owner="bench", lease_seconds=60, slice_seconds=1e9)
+    config = WorkerConfig(owner="bench", lease_seconds=60, slice_seconds=math.inf)
     # As a worker process's: the tree's main freezes its heap before it forks the workers
     # (runs/worker/tree.py), so their collections do not walk Django's start-up objects.
     gc.freeze()

@@ -9,6 +9,7 @@ metered call (priced, summed on the run, checked against the run's budget and th
 quotas). Question: does gating every call cost the engine's hot path?
 """
 
+import math
 import statistics
 import sys
 import time
@@ -61,7 +62,7 @@ def main(effects: int = 1000, repeats: int = 5):
     store = OrmStore()
 
     def per_call(gates, metered):
-        config = WorkerConfig(owner="bench", lease_seconds=60, slice_seconds=1e9, gates=gates,
+        config = WorkerConfig(owner="bench", lease_seconds=60, slice_seconds=math.inf, gates=gates,
                               price=price)
         samples = []
         for _ in range(repeats):

@@ -17,6 +17,7 @@ run's path), and what the dispatcher cost per call.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import threading
@@ -75,7 +76,7 @@ def main(runs: int, rounds: int) -> None:
                                                     "run.waiting_for_input"])
                 for _ in range(5)]
     store = OrmStore()
-    config = WorkerConfig(owner="bench:1:main", lease_seconds=60, slice_seconds=1e9)
+    config = WorkerConfig(owner="bench:1:main", lease_seconds=60, slice_seconds=math.inf)
     stop = threading.Event()
     dispatch_times: list[float] = []
 

@@ -2,6 +2,8 @@
 API, the pages, the CLI) see the branch, step, size and reason read from the checkpoint's
 row (runs/selectors.py, with_checkpoints)."""
 
+import math
+
 import pytest
 
 from runs import selectors
@@ -19,7 +21,7 @@ def ran():
     store = database_store()
     run = control.launch(store, agent="steps", inputs={"n": 3}, registry=REG)
     execute_run(store, run.id, WorkerConfig(owner="h:1:t", lease_seconds=1000,
-                                            slice_seconds=1e9), registry=REG)
+                                            slice_seconds=math.inf), registry=REG)
     return Run.objects.get(pk=run.id)
 
 

@@ -6,6 +6,7 @@ run's: the due runs' poll, the batch renewal of a tree's leases, the leases a tr
 holds (runs/storage/orm.py); they read runs_run alone. PostgreSQL only: PgStore's
 single statements are what runs there."""
 
+import math
 import re
 
 import pytest
@@ -35,7 +36,7 @@ def statements_of_a_run(monkeypatch) -> tuple[str, list[str]]:
     store = database_store()
     with CaptureQueriesContext(connection) as orm:
         run = control.launch(store, agent="steps", inputs={"n": 5}, registry=REG)
-        config = WorkerConfig(owner="testhost:1:tok", lease_seconds=1000, slice_seconds=1e9)
+        config = WorkerConfig(owner="testhost:1:tok", lease_seconds=1000, slice_seconds=math.inf)
         assert execute_run(store, run.id, config, registry=REG) == Outcome.SUCCEEDED
         store.renew(run.id, 1, 2e9)
     return run.id, sent + [q["sql"] for q in orm.captured_queries]

@@ -6,6 +6,7 @@ requires. PgStore runs a run on it unchanged, and a run's reads touch one partit
 The tables are swapped inside the test's transaction, which PostgreSQL rolls back with
 the DDL at the end: the test database keeps its own schema. PostgreSQL only."""
 
+import math
 import re
 
 import pytest
@@ -72,7 +73,7 @@ def test_a_run_goes_through_pgstore_on_tables_partitioned_by_run_id():
         assert cursor.fetchone()[0] == PARTITIONS
     store = database_store()
     run = control.launch(store, agent="steps", inputs={"n": 5}, registry=REG)
-    config = WorkerConfig(owner="testhost:1:tok", lease_seconds=1000, slice_seconds=1e9)
+    config = WorkerConfig(owner="testhost:1:tok", lease_seconds=1000, slice_seconds=math.inf)
     assert execute_run(store, run.id, config, registry=REG) == Outcome.SUCCEEDED
     head = store.get(run.id).event_seq
     assert list(RunEvent.objects.filter(run_id=run.id).values_list("seq", flat=True)

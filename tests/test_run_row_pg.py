@@ -8,6 +8,7 @@ changes counters and times only, so its updates of runs_run must be HOT.
 
 PostgreSQL only."""
 
+import math
 import time
 
 import pytest
@@ -55,7 +56,7 @@ def run_updates() -> tuple[int, int]:
 def test_the_effect_paths_updates_of_the_run_row_are_hot():
     store = database_store()
     run = control.launch(store, agent="steps", inputs={"n": EFFECTS}, registry=REG)
-    config = WorkerConfig(owner="testhost:1:tok", lease_seconds=1000, slice_seconds=1e9)
+    config = WorkerConfig(owner="testhost:1:tok", lease_seconds=1000, slice_seconds=math.inf)
     before = run_updates()
     assert execute_run(store, run.id, config, registry=REG) == Outcome.SUCCEEDED
     updates, hot = (after - start for after, start in zip(run_updates(), before, strict=True))

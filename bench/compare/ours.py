@@ -3,6 +3,7 @@ path included), in this process or in a real `manage.py worker`."""
 
 from __future__ import annotations
 
+import math
 import time
 
 from django.db import connection
@@ -14,7 +15,7 @@ from runs.storage import database_store
 from runs.storage.orm import OrmStore
 
 TABLES = ("runs_run", "runs_checkpoint", "runs_effect", "runs_runevent")
-CONFIG = WorkerConfig(owner="bench:0:inprocess", lease_seconds=60, slice_seconds=1e9)
+CONFIG = WorkerConfig(owner="bench:0:inprocess", lease_seconds=60, slice_seconds=math.inf)
 
 
 def store() -> OrmStore:

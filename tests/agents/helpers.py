@@ -8,7 +8,7 @@ from runs import services
 from runs.models import Run, RunEvent
 from sandbox.models import KeyCall, Notification, Record
 from tests.crash.helpers import assert_consistent, holder_pid
-from tests.support.processes import LONG_SLICES, RUNS_END_DEADLINE, TREE_DEADLINE, wait_until
+from tests.support.processes import NO_TIME_SLICES, RUNS_END_DEADLINE, TREE_DEADLINE, wait_until
 
 FINAL = ("succeeded", "failed", "cancelled")
 
@@ -31,7 +31,7 @@ def cluster_env(server, **extra) -> dict:
 # machine that took longer than the default 20 s once, and the SIGKILL after it made
 # the uninterrupted run resume "after a crash" (CI saw both, PostgreSQL).
 ONE_RUN_PER_WORKER = {"AGENTOPS_RUNS_PER_WORKER": 1, "AGENTOPS_LEASE_SECONDS": 30,
-                      **LONG_SLICES, "AGENTOPS_SHUTDOWN_GRACE": 120}
+                      **NO_TIME_SLICES, "AGENTOPS_SHUTDOWN_GRACE": 120}
 
 
 def launch(agent: str, inputs: dict) -> str:

@@ -7,6 +7,7 @@ a server that reads the whole request, keeps it, and closes without an answer.
 """
 
 import json
+import math
 import os
 import socket
 import threading
@@ -93,7 +94,7 @@ def test_a_dropped_connection_after_the_cut_over_was_sent_is_in_doubt(inproc_san
     run = control.launch(store, agent="migrate", registry=reg, inputs={
         "source_url": f"{inproc_sandbox}/dataset/rows", "target_url": f"{inproc_sandbox}/api",
         "rows": 200, "batch_size": 100})
-    config = WorkerConfig(owner="w:1", slice_seconds=600)
+    config = WorkerConfig(owner="w:1", slice_seconds=math.inf)
     assert execute_run(store, run.id, config, registry=reg) == Outcome.NEEDS_ATTENTION
 
     [sent] = dropping_target.requests  # it reached the target, once, and was not repeated

@@ -12,7 +12,7 @@ import pytest
 from runs import services
 from runs.models import Run, RunEvent, WorkerHeartbeat
 from tests.crash.helpers import holder_pid
-from tests.support.processes import LONG_SLICES, is_running, wait_until
+from tests.support.processes import NO_TIME_SLICES, is_running, wait_until
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -44,7 +44,7 @@ def due_now(run_id: str) -> bool:
 
 
 def test_a_worker_that_dies_ends_the_tree_after_the_others_hand_their_runs_back(start_cluster):
-    cluster = start_cluster(workers=2, restart=False, **LONG_SLICES)
+    cluster = start_cluster(workers=2, restart=False, **NO_TIME_SLICES)
     run_id = launch()
     holder = held_by_the_tree(cluster, run_id)
     [other] = [pid for pid in cluster.tree_workers() if pid != holder]
@@ -57,7 +57,7 @@ def test_a_worker_that_dies_ends_the_tree_after_the_others_hand_their_runs_back(
 
 def test_a_stopped_worker_is_killed_and_its_runs_are_free_at_once(start_cluster):
     cluster = start_cluster(workers=2, restart=False, AGENTOPS_LEASE_SECONDS=600,
-                            **LONG_SLICES)
+                            **NO_TIME_SLICES)
     run_id = launch()
     holder = held_by_the_tree(cluster, run_id)
     os.kill(holder, signal.SIGSTOP)
@@ -73,7 +73,7 @@ def test_a_stopped_worker_is_killed_and_its_runs_are_free_at_once(start_cluster)
 
 
 def test_a_stopped_main_is_killed_by_its_workers_which_hand_their_runs_back(start_cluster):
-    cluster = start_cluster(workers=2, restart=False, **LONG_SLICES)
+    cluster = start_cluster(workers=2, restart=False, **NO_TIME_SLICES)
     run_id = launch()
     held_by_the_tree(cluster, run_id)
     workers = cluster.tree_workers()
@@ -85,7 +85,7 @@ def test_a_stopped_main_is_killed_by_its_workers_which_hand_their_runs_back(star
 
 
 def test_a_killed_main_takes_its_workers_with_it_and_they_hand_their_runs_back(start_cluster):
-    cluster = start_cluster(workers=2, restart=False, **LONG_SLICES)
+    cluster = start_cluster(workers=2, restart=False, **NO_TIME_SLICES)
     run_id = launch()
     held_by_the_tree(cluster, run_id)
     workers = cluster.tree_workers()
@@ -100,7 +100,7 @@ def test_a_killed_main_takes_its_workers_with_it_and_they_hand_their_runs_back(s
 def test_a_stop_signal_says_stopping_hands_the_runs_back_and_exits_0(sig, whom, start_cluster):
     """SIGTERM to the main (a deploy under systemd's KillMode=mixed), to the whole group
     (KillMode=control-group, Kubernetes), SIGINT to the group (Ctrl-C under bin/serve)."""
-    cluster = start_cluster(workers=2, restart=False, **LONG_SLICES)
+    cluster = start_cluster(workers=2, restart=False, **NO_TIME_SLICES)
     run_id = launch()
     held_by_the_tree(cluster, run_id)
     main = cluster.pid
@@ -130,7 +130,7 @@ def test_a_run_stuck_in_a_call_is_cut_after_the_grace(start_cluster, faults_dir)
     """The stop does not wait for the call: the worker is killed after the grace, and its
     lease expires at once for another tree to take the run over."""
     cluster = start_cluster(workers=1, restart=False, AGENTOPS_SHUTDOWN_GRACE=1,
-                            AGENTOPS_LEASE_SECONDS=600, **LONG_SLICES)
+                            AGENTOPS_LEASE_SECONDS=600, **NO_TIME_SLICES)
     run_id, worker = stuck_in_a_call(cluster, faults_dir)
     cluster.signal(signal.SIGTERM)
     assert cluster.proc.wait(30) == 0
@@ -140,7 +140,7 @@ def test_a_run_stuck_in_a_call_is_cut_after_the_grace(start_cluster, faults_dir)
 
 
 def test_a_worker_whose_main_died_does_not_outlive_the_grace(start_cluster, faults_dir):
-    cluster = start_cluster(workers=1, restart=False, AGENTOPS_SHUTDOWN_GRACE=1, **LONG_SLICES)
+    cluster = start_cluster(workers=1, restart=False, AGENTOPS_SHUTDOWN_GRACE=1, **NO_TIME_SLICES)
     run_id, worker = stuck_in_a_call(cluster, faults_dir)
     os.kill(cluster.pid, signal.SIGKILL)
     wait_until(lambda: not is_running(worker), 30,

@@ -23,7 +23,7 @@ from runs.models import Run
 from tests.chaos.wsclient import WebSocket
 from tests.crash.helpers import wait_final
 from tests.support.processes import (
-    LONG_SLICES,
+    NO_TIME_SLICES,
     ROOT,
     TREE_DEADLINE,
     Server,
@@ -84,7 +84,7 @@ def test_a_frozen_workers_run_shows_as_stalled_until_it_thaws(web, start_cluster
     # cluster is frozen (a loaded CI machine froze it just after a slice's end had
     # released the run: no lease to run out, no stall).
     cluster = start_cluster(workers=1, AGENTOPS_LEASE_SECONDS=LEASE,
-                            AGENTOPS_SANDBOX_URL=f"{web.url}/sandbox", **LONG_SLICES)
+                            AGENTOPS_SANDBOX_URL=f"{web.url}/sandbox", **NO_TIME_SLICES)
     # Long enough (60 s) to be still running when it is frozen however slow the
     # machine; once it is seen moving again after the thaw, it is cancelled.
     run_id = services.run_launch(user=alice, agent="steps",

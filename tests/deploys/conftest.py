@@ -10,6 +10,8 @@ a later deploy's.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from runs.durable import Outcome, WorkerConfig, control, execute_run
@@ -50,7 +52,7 @@ def ops(client, users):
 
 
 def config(owner: str = "deploy-test:1:v1") -> WorkerConfig:
-    return WorkerConfig(owner=owner, lease_seconds=1000, slice_seconds=1e9)
+    return WorkerConfig(owner=owner, lease_seconds=1000, slice_seconds=math.inf)
 
 
 def launch(n: int = 6, owner=None) -> str:

@@ -1,6 +1,7 @@
 """A run held by a shared limit, driven in this process with the worker's own gates (the
 database's store, or Redis when REDIS_URL is set): what its owner and the operators see."""
 
+import math
 import re
 
 import pytest
@@ -40,7 +41,7 @@ def held_run(settings, users):
         store.reset("pages-api")
     CALLS.clear()
     run = services.run_launch(user=users["alice"], agent="limits-pages", inputs={})
-    worker = WorkerConfig(owner="testhost:4242:tok", lease_seconds=1000, slice_seconds=1e9,
+    worker = WorkerConfig(owner="testhost:4242:tok", lease_seconds=1000, slice_seconds=math.inf,
                           gates=worker_gates())
     assert execute_run(services.store(), run.pk, worker) == Outcome.WAITING
     yield Run.objects.get(pk=run.pk)

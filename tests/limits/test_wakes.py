@@ -1,6 +1,7 @@
 """Held runs woken through the database (runs/limits/wakes.py): the worker's own gates in
 this process, on the database's store of the limits (Redis when REDIS_URL is set)."""
 
+import math
 import time
 from datetime import timedelta
 
@@ -47,7 +48,7 @@ def one_at_a_time(settings):
 
 
 def worker() -> WorkerConfig:
-    return WorkerConfig(owner="testhost:4242:tok", lease_seconds=1000, slice_seconds=1e9,
+    return WorkerConfig(owner="testhost:4242:tok", lease_seconds=1000, slice_seconds=math.inf,
                         gates=worker_gates())
 
 

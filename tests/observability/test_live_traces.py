@@ -24,7 +24,7 @@ from runs.models import Effect, Run, RunEvent
 from tests.observability.stack import logged_in, post_form, stack_env
 from tests.observability.traced_agent import hold_until, post_downstream
 from tests.support.otlp import Collector
-from tests.support.processes import LONG_SLICES, TREE_DEADLINE, Server, wait_until
+from tests.support.processes import NO_TIME_SLICES, TREE_DEADLINE, Server, wait_until
 from tests.workload_agents import pause_for
 
 pytestmark = pytest.mark.services
@@ -53,7 +53,7 @@ def test_one_trace_from_the_launching_request_across_a_sigkill_of_the_worker(
     # The run's one claim before the kill must not end by any other way (seen on a loaded
     # CI machine, twice: a second, ordinary claim before the kill's takeover); a lease
     # outlasts a starved process's late renewal. The takeover waits for it (15 s).
-    env = {**stack_env(tmp_path, collector), **LONG_SLICES, "AGENTOPS_LEASE_SECONDS": 15}
+    env = {**stack_env(tmp_path, collector), **NO_TIME_SLICES, "AGENTOPS_LEASE_SECONDS": 15}
     server = Server(tmp_path, **env)
     try:
         cluster = start_cluster(workers=2, **env)
@@ -154,7 +154,7 @@ def test_a_deploys_sigterm_exports_the_spans_of_the_runs_it_hands_back(
     """The batch processor's own schedule is an hour away: only the hand-off's flush
     can send the worker's spans before the process exits."""
     collector = Collector()
-    env = {**stack_env(tmp_path, collector), **LONG_SLICES, "OTEL_BSP_SCHEDULE_DELAY": "3600000"}
+    env = {**stack_env(tmp_path, collector), **NO_TIME_SLICES, "OTEL_BSP_SCHEDULE_DELAY": "3600000"}
     try:
         cluster = start_cluster(workers=1, **env)
         run_id = services.run_launch(user=None, agent="ticker",

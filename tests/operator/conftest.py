@@ -3,6 +3,8 @@ operator's browser page and the waits on its live updates."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from runs import services
@@ -50,7 +52,7 @@ def edit_state(ops, run_id: str, patch: list, reason: str):
 
 def config(owner: str = "testhost:4242:tok") -> WorkerConfig:
     # A lease far longer than any test: the renewal thread never writes.
-    return WorkerConfig(owner=owner, lease_seconds=1000, slice_seconds=1e9)
+    return WorkerConfig(owner=owner, lease_seconds=1000, slice_seconds=math.inf)
 
 
 def drive(run_id: str, owner: str = "testhost:4242:tok") -> str:

@@ -15,7 +15,7 @@ from django.db import connection
 import tests.fleet.agents  # noqa: F401  (registers the agent the fleet runs)
 from runs import services
 from tests.support import fleet_services, netns
-from tests.support.processes import LONG_SLICES, Cluster
+from tests.support.processes import NO_TIME_SLICES, Cluster
 
 LEASE_SECONDS = 2
 
@@ -55,7 +55,7 @@ class Fleet:
                "AGENTOPS_LEASE_SECONDS": LEASE_SECONDS, "AGENTOPS_WORKER_DB_POOL": 3,
                "AGENTOPS_DB_CONNECT_TIMEOUT": 2,
                "AGENTOPS_SANDBOX_URL": f"{self.sandbox.url}/sandbox",
-               "AGENTOPS_AGENT_MODULES": "tests.fleet.agents", **LONG_SLICES}
+               "AGENTOPS_AGENT_MODULES": "tests.fleet.agents", **NO_TIME_SLICES}
         if self.relay is not None:
             redis = urlsplit(os.environ["REDIS_URL"])
             env["REDIS_URL"] = f"redis://{self.relay.address}:{self.relay.port}{redis.path}"

@@ -1,6 +1,7 @@
 """`manage.py runs SUBCOMMAND`: launch, inspect and operate durable runs from a shell."""
 
 import json
+import math
 import os
 import sys
 import time
@@ -115,7 +116,7 @@ class Command(BaseCommand):
         run = _get(opts["run_id"])
         outcome = Outcome.YIELDED
         config = worker_config()
-        config.slice_seconds = 1e9
+        config.slice_seconds = math.inf
         while outcome in (Outcome.YIELDED, Outcome.NOT_CLAIMED):
             outcome = execute_run(services.store(), run.id, config)
             if outcome == Outcome.NOT_CLAIMED:

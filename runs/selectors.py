@@ -3,7 +3,7 @@ a run a user may not see does not exist for them (404, never 403)."""
 
 from __future__ import annotations
 
-from django.db.models import Count, Q
+from django.db.models import Q
 from django.http import Http404
 from django.utils import timezone
 
@@ -58,17 +58,20 @@ def run_list(user, *, status: str = "", agent: str = ""):
     return runs
 
 
-def run_status_counts(user) -> dict[str, int]:
-    rows = Run.objects.filter(owner=user).values("status").annotate(n=Count("pk"))
-    counts = {row["status"]: row["n"] for row in rows}
-    counts["active"] = sum(counts.get(s, 0) for s in ACTIVE_STATUSES)
-    counts["all"] = sum(counts.get(s, 0) for s in r.STATUSES)
+CHIP_COUNT_CAP = 10_000
+
+
+def run_status_counts(user, filters, cap: int) -> dict[str, int]:
+    """How many of the user's runs each status filter ("" for all of them) finds, each
+    counted up to cap + 1 (more than `cap` reads as cap + 1): a full count reads every
+    run of the user (100,000 runs: 233 ms in bench/scale.py), a capped one stops there."""
+    counts = {}
+    for status in filters:
+        runs = Run.objects.filter(owner=user)
+        if status:
+            runs = runs.filter(status__in=STATUS_FILTERS[status])
+        counts[status] = runs.values("pk")[: cap + 1].count()
     return counts
-
-
-def run_agents_used(user) -> list[str]:
-    return list(Run.objects.filter(owner=user).order_by("agent").values_list("agent", flat=True)
-                .distinct())
 
 
 def newest_run_id(user) -> str | None:

@@ -117,9 +117,11 @@ def decode_cursor(cursor: str | None):
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         value, run_id = raw.split("|", 1)
-        if not is_run_id(run_id):
+        when = datetime.fromisoformat(value)
+        # a cursor this app gave has its time zone; a naive time is not one of them
+        if not is_run_id(run_id) or when.tzinfo is None:
             return None
-        return datetime.fromisoformat(value), run_id
+        return when, run_id
     except (ValueError, UnicodeDecodeError):
         return None  # a mangled cursor: the first page
 

@@ -1,9 +1,11 @@
-"""My runs: only the user's own, newest first, filters, pagination, live hooks."""
+"""My runs: only the user's own, newest first, filters, keyset pages, live hooks."""
+
+import warnings
 
 import pytest
 from django.urls import reverse
 
-from runs import services
+from runs import selectors, services
 from runs.models import Run
 
 
@@ -22,7 +24,7 @@ def some_runs(users):
 
 
 def row_ids(response) -> list[str]:
-    return [run.pk for run in response.context["page"].object_list]
+    return [run.pk for run in response.context["page"].runs]
 
 
 @pytest.mark.django_db
@@ -55,14 +57,68 @@ def test_htmx_gets_only_the_table(alice_client, some_runs):
 
 
 @pytest.mark.django_db
-def test_it_paginates(alice_client, users):
+def test_it_pages_by_cursor_older_and_back(alice_client, users):
+    launched = [services.run_launch(user=users["alice"], agent="ask",
+                                    inputs={"question": f"q{i}"}).pk for i in range(27)]
+    first = alice_client.get("/")
+    page = first.context["page"]
+    second = alice_client.get(f"/?after={page.next_cursor}")
+    assert len(row_ids(first)) == 25 and len(row_ids(second)) == 2
+    assert row_ids(first) + row_ids(second) == launched[::-1]
+    assert b"Older" in first.content and b"Newer" not in first.content
+    assert b'data-page="1"' in first.content and b'data-page="older"' in second.content
+    assert second.context["page"].next_cursor is None and b"Older" not in second.content
+    back = alice_client.get(f"/?before={second.context['page'].prev_cursor}")
+    assert row_ids(back) == row_ids(first)
+    assert back.context["page"].prev_cursor is None
+
+
+@pytest.mark.django_db
+def test_a_cursor_keeps_the_filters(alice_client, users):
     for i in range(27):
         services.run_launch(user=users["alice"], agent="ask", inputs={"question": f"q{i}"})
-    first = alice_client.get("/")
-    second = alice_client.get("/?page=2")
-    assert len(row_ids(first)) == 25 and len(row_ids(second)) == 2
-    assert not set(row_ids(first)) & set(row_ids(second))
-    assert b"Older" in first.content and b"Page 1 of 2" in first.content
+    ticker = services.run_launch(user=users["alice"], agent="ticker", inputs={"steps": 1})
+    first = alice_client.get("/?agent=ask")
+    assert ticker.pk not in row_ids(first)
+    body = first.content.decode()
+    assert f"agent=ask&amp;after={first.context['page'].next_cursor}" in body
+    second = alice_client.get(f"/?agent=ask&after={first.context['page'].next_cursor}")
+    assert len(row_ids(second)) == 2 and ticker.pk not in row_ids(second)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("cursor", ["nonsense", "bm90fGEgY3Vyc29y", "MjAyNC0xM3wxMjM",
+                                    "MjAyNC0wMS0wMVQwMDowMDowMHxhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYQ"])
+def test_a_damaged_cursor_shows_the_newest_runs(alice_client, some_runs, cursor):
+    """The last is a cursor's shape with a naive time: compared with the runs' times it
+    would have warned (an error here, so a 500), not been ignored."""
+    for key in ("after", "before"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            response = alice_client.get(f"/?{key}={cursor}")
+        assert response.status_code == 200
+        assert row_ids(response) == [some_runs["ask"].pk, some_runs["ticker"].pk]
+
+
+@pytest.mark.django_db
+def test_the_status_chips_count_up_to_a_cap(alice_client, some_runs, users, monkeypatch):
+    for i in range(3):
+        services.run_launch(user=users["alice"], agent="ask", inputs={"question": f"q{i}"})
+    chips = {value: count for value, _, count in alice_client.get("/").context["chips"]}
+    assert chips == {"": "5", "active": "4", "waiting": "0", "needs_attention": "0",
+                     "succeeded": "0", "failed": "0", "cancelled": "1"}
+    monkeypatch.setattr(selectors, "CHIP_COUNT_CAP", 3)
+    chips = {value: count for value, _, count in alice_client.get("/").context["chips"]}
+    assert chips[""] == "3+" and chips["active"] == "3+" and chips["cancelled"] == "1"
+
+
+@pytest.mark.django_db
+def test_the_agent_filter_offers_the_registered_agents(alice_client, some_runs):
+    from runs.durable import registry
+
+    agents = alice_client.get("/").context["agents"]
+    assert agents == sorted(registry.names())
+    assert "retired" in alice_client.get("/?agent=retired").context["agents"]
 
 
 @pytest.mark.django_db

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
@@ -11,6 +10,7 @@ from django.views.decorators.http import require_http_methods
 from runs import selectors, services
 from runs.budgets.forms import LaunchBudgetForm
 from runs.durable import AgentNotFoundError, DurableError, InputValidationError, registry
+from runs.operator.selectors import keyset_page
 from runs.web.forms import SchemaForm
 from runs.web.views.panels import all_panels_context
 from runs.web.views.present import STATUS_LABELS, event_message
@@ -24,23 +24,34 @@ STATUS_CHIPS = [("", "All"), ("active", "Active"), ("waiting", "Waiting"),
 
 @login_required
 def run_list(request):
+    """Keyset pages, newest first, as the operators' list and the API page the same runs:
+    no page count, which would count every run of the user (docs/scaling.md)."""
     status = request.GET.get("status", "")
     status = status if status in selectors.STATUS_FILTERS else ""
     agent = request.GET.get("agent", "")
-    page = Paginator(selectors.run_list(request.user, status=status, agent=agent),
-                     PAGE_SIZE).get_page(request.GET.get("page"))
-    page.object_list = mark_stalls(list(page.object_list))
-    counts = selectors.run_status_counts(request.user)
+    page = keyset_page(selectors.run_list(request.user, status=status, agent=agent),
+                       after=request.GET.get("after"), before=request.GET.get("before"),
+                       size=PAGE_SIZE)
+    mark_stalls(page.runs)
+    counts = selectors.run_status_counts(request.user, [value for value, _ in STATUS_CHIPS],
+                                         selectors.CHIP_COUNT_CAP)
     context = {
         "page": page, "status": status, "agent": agent,
-        "chips": [(value, label, counts.get(value or "all", 0)) for value, label in STATUS_CHIPS],
-        "agents": sorted(set(selectors.run_agents_used(request.user)) | set(registry.names())),
+        "chips": [(value, label, chip_count(counts[value])) for value, label in STATUS_CHIPS],
+        # the registry's agents, not those the user's runs name: finding those read every
+        # run of the user; a filter on an agent no longer registered keeps its choice
+        "agents": sorted(set(registry.names()) | ({agent} if agent else set())),
         "newest_id": selectors.newest_run_id(request.user),
         "filtered": bool(status or agent),
     }
     if request.htmx and request.htmx.target == "run-list":
         return render(request, "runs/_run_list.html", context)
     return render(request, "runs/list.html", context)
+
+
+def chip_count(n: int) -> str:
+    """A chip's count as counted up to the cap (selectors.run_status_counts)."""
+    return f"{selectors.CHIP_COUNT_CAP:,}+" if n > selectors.CHIP_COUNT_CAP else str(n)
 
 
 def _agent_cards() -> list[dict]:

@@ -159,3 +159,43 @@ def test_the_page_costs_the_same_queries_for_1_held_run_as_for_5(ops):
     for _ in range(4):
         held_run()
     assert queries() == one
+
+
+def test_a_process_shows_its_first_runs_and_links_to_the_rest(ops, monkeypatch):
+    """The page shows a bounded number of each process's runs (2,000 running runs were
+    all rendered: 350-570 ms in bench/scale.py); the rest are the operators' list
+    filtered by the worker, and the page's queries do not grow with them."""
+    from django.conf import settings
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from runs.operator import selectors
+
+    monkeypatch.setattr(selectors, "WORKER_RUNS_SHOWN", 3)
+    now = timezone.now()
+
+    def hold(owner, n, expires):
+        return sorted(Run.objects.create(id=uuid.uuid4().hex, agent="ticker", agent_version="1",
+                                         status="running", lease_owner=owner,
+                                         lease_expires_at=expires).pk for _ in range(n))
+
+    busy = hold("web-1:101:abcd", 5, now + timedelta(seconds=30))
+    busy += hold("web-1:101:abcd", 1, now + timedelta(seconds=60))  # its latest renewal
+    quiet = hold("web-1:102:beef", 2, now + timedelta(seconds=30))
+    with CaptureQueriesContext(connection) as captured:
+        page = ops.get("/ops/workers/").content.decode()
+    busy_row = page.split('data-worker="web-1:101:abcd"')[1].split("</tr>")[0]
+    quiet_row = page.split('data-worker="web-1:102:beef"')[1].split("</tr>")[0]
+    assert [pk for pk in sorted(busy) if pk[:8] in busy_row] == sorted(busy)[:3]
+    assert '<td class="num" data-role="held">6</td>' in busy_row
+    assert 'href="/ops/?worker=web-1%3A101%3Aabcd">and 3 more</a>' in busy_row
+    assert all(pk[:8] in quiet_row for pk in quiet) and "more</a>" not in quiet_row
+    process = selectors.workers_overview(now)["hosts"]["web-1"]["processes"][0]
+    lease = timedelta(seconds=settings.AGENTOPS["LEASE_SECONDS"])
+    assert process.last_renewal == now + timedelta(seconds=60) - lease
+    listed = ops.get("/ops/?worker=web-1:101:abcd").context["page"].runs
+    assert sorted(run.pk for run in listed) == sorted(busy)
+    hold("web-1:101:abcd", 10, now + timedelta(seconds=30))
+    with CaptureQueriesContext(connection) as again:
+        ops.get("/ops/workers/")
+    assert len(again) == len(captured)

@@ -7,12 +7,12 @@ relations stay, and so does CASCADE, done by the ORM): every row of theirs is
 inserted in the transaction that first updates its run row under the fencing epoch
 (on PostgreSQL, by a statement that selects from that UPDATE), so none can exist
 without its run, and nothing deletes runs (the admin refuses; retention drops
-checkpoints only). The key's check at commit was a tenth of an effect's cost on
-PostgreSQL (0.506 -> 0.457 ms an effect, with and without, in one process)."""
+checkpoints, events and effects, never a run). The key's check at commit was a tenth of
+an effect's cost on PostgreSQL (0.506 -> 0.457 ms an effect, with and without, in one process)."""
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.urls import reverse
 from django.utils import timezone
 
@@ -85,6 +85,14 @@ class Run(models.Model):
     # fingerprint of a code whose replay of its history diverged.
     code_fingerprint = models.CharField(max_length=32, blank=True, default="")
     version_refused = models.CharField(max_length=32, null=True, blank=True)
+    # Event and effect retention (runs/storage/event_retention.py, docs/retention.md): the
+    # events numbered below events_pruned_before, but its status events, are deleted;
+    # how many events and effects were, and when the last pass over the run ended.
+    # Database defaults too, so that a worker of the code before them can insert runs.
+    events_pruned_before = models.BigIntegerField(default=0, db_default=0)
+    events_pruned = models.BigIntegerField(default=0, db_default=0)
+    effects_pruned = models.BigIntegerField(default=0, db_default=0)
+    pruned_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -122,6 +130,12 @@ class Run(models.Model):
             # its status anyway (not HOT).
             models.Index(fields=["finished_at"], name="run_finished",
                          condition=Q(finished_at__isnull=False)),
+            # Event retention's candidates: the ended runs it has not pruned since they
+            # ended, without reading the runs it has (runs/storage/event_retention.py).
+            # Only an ending and retention itself write its columns.
+            models.Index(fields=["finished_at"], name="run_retention_due",
+                         condition=Q(finished_at__isnull=False)
+                         & (Q(pruned_at__isnull=True) | Q(pruned_at__lt=F("finished_at")))),
         ]
 
     def __str__(self):

@@ -40,6 +40,7 @@ INDEXES = {
     "run_lease_owner": "(lease_owner varchar_pattern_ops) WHERE",
     "run_parent": "(parent_id) WHERE",
     "run_finished": "(finished_at) WHERE",
+    "run_retention_due": "(finished_at) WHERE",
     "run_spawn_key": "UNIQUE INDEX run_spawn_key ON public.runs_run USING btree (spawn_key) WHERE",
 }
 

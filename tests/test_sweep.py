@@ -48,12 +48,14 @@ def test_the_workers_store_passes_on_every_method_of_the_protocol():
 
 
 def test_the_main_prunes_checkpoints_in_a_thread_once_an_interval(settings, monkeypatch):
-    """Checkpoint retention (runs/storage/retention.py) is a duty of each tree's main, once
+    """Retention of checkpoints, events and effects (runs/storage/retention.py, apply) is
+    a duty of each tree's main, once
     every RETENTION_INTERVAL_SECONDS (the first at a random moment of the first interval),
     in a thread of its own, one at a time."""
     settings.AGENTOPS = {**settings.AGENTOPS, "RETENTION_INTERVAL_SECONDS": 0.2}
     pruned = []
-    monkeypatch.setattr(sweep, "prune", lambda: pruned.append(threading.current_thread().name))
+    monkeypatch.setattr(sweep, "apply_retention",
+                        lambda: pruned.append(threading.current_thread().name))
     duties = sweep.Duties()
 
     def pruned_twice():

@@ -182,8 +182,11 @@ def events(request, run_id: str, after: int = Query(0, ge=0, le=2**62),
     run = run_for(request, run_id)
     found = selectors.events_after(run.pk, after, limit=limit, upto=run.event_seq)
     last = found[-1].seq if found else after
+    # Retention leaves gaps (docs/retention.md): a short page is the last one, whatever
+    # its last number, since every event up to head committed with the run row read.
     return {"events": [event_out(e) for e in found], "head": run.event_seq,
-            "more": last < run.event_seq}
+            "more": len(found) == limit and last < run.event_seq,
+            "pruned_before": run.events_pruned_before}
 
 
 @router.get("/runs/{run_id}/checkpoints", response={200: list[s.CheckpointOut], **READ},

@@ -147,6 +147,9 @@ class EventPage(Schema):
     head: int = Field(description="the run's last event number when read")
     more: bool = Field(description="more events follow the last one here: ask again with "
                                    "after= its seq")
+    pruned_before: int = Field(0, description="retention deleted the run's events numbered "
+                                              "below this, but its status events "
+                                              "(docs/retention.md); 0: none")
 
 
 class CheckpointOut(Schema):

@@ -136,7 +136,8 @@ async def _frames(user, run_id: str, cursor: int, feed, watcher: Watcher):
             end = {"status": run.status, "seq": run.event_seq} \
                 if run.status in r.FINAL_STATUSES else None
         batch = None if from_db else feed.cached_after(cursor)
-        if batch is None:
+        read_table = batch is None
+        if read_table:
             batch = await load_events(run_id, cursor)
             from_db = len(batch) >= BATCH  # more to come: keep reading the table
         if batch:
@@ -144,7 +145,9 @@ async def _frames(user, run_id: str, cursor: int, feed, watcher: Watcher):
             cursor = batch[-1][0]
             check_end = any(ends_run(text) for _, text in batch)
             continue
-        if end is not None and cursor >= end["seq"]:
+        # The table read after the run was seen ended has nothing more: its last events
+        # may be gone (retention, docs/retention.md), so the cursor need not reach its seq.
+        if end is not None and (cursor >= end["seq"] or read_table):
             yield f"event: end\ndata: {json.dumps(end)}\n\n"
             return
         watcher.wake.clear()

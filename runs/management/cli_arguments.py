@@ -99,5 +99,6 @@ def add_maintenance_subcommands(sub):
                 "What a worker tree's main does every tick, once: expire the leases of this "
                 "host's dead worker processes (their runs are then due for any free worker "
                 "slot) and run the features' side jobs (due schedules, webhook deliveries).")
-    p = subcommand(sub, "prune", "apply the checkpoint retention policy (runs/storage/retention.py)")
+    p = subcommand(sub, "prune", "apply the retention policies of checkpoints, events and "
+                                 "effects (docs/retention.md)")
     p.add_argument("--dry-run", action="store_true", help="only say what would be dropped")

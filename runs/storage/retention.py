@@ -1,4 +1,5 @@
 """Checkpoint retention: checkpoints cost storage, and an ended run needs few of them.
+(Events' and effects' retention: runs/storage/event_retention.py; both: docs/retention.md.)
 
 The policy, per run that ended more than a grace period ago: keep the latest
 KEEP checkpoints of every branch, plus every checkpoint that an operator action
@@ -19,6 +20,7 @@ from django.utils import timezone
 
 from runs.durable.records import FINAL_STATUSES
 from runs.models import AuditEntry, Checkpoint
+from runs.storage import event_retention
 
 logger = logging.getLogger("agentops.retention")
 
@@ -65,9 +67,16 @@ def prune(*, dry_run: bool = False, policy: Policy | None = None,
     return report
 
 
+def apply(*, dry_run: bool = False) -> tuple[PruneReport, event_retention.EventPruneReport]:
+    """Both policies, checkpoints' then events' and effects', as the worker tree's main
+    and `manage.py runs prune` apply them."""
+    return prune(dry_run=dry_run), event_retention.prune(dry_run=dry_run)
+
+
 def prune_task() -> str:
     """The django-q2 scheduled task."""
-    return str(prune())
+    checkpoints, events = apply()
+    return f"{checkpoints}; {events}"
 
 
 def candidate_runs(cutoff: datetime, keep: int) -> list[str]:

@@ -41,6 +41,11 @@ def human_bytes(size) -> str:
 
 
 @register.filter
+def retention_notice(run) -> str:
+    return present.retention_notice(run)
+
+
+@register.filter
 def run_duration(run) -> str:
     """Wall time from launch to the end (or now)."""
     end = run.finished_at or timezone.now()

@@ -5,7 +5,8 @@
 * the leases held by processes of this host that no longer exist expire at once, so a
   SIGKILLed worker's runs do not wait out their lease;
 * the features' side jobs (runs/hooks.py: due schedules, webhook deliveries);
-* checkpoint retention (runs/storage/retention.py) every RETENTION_INTERVAL_SECONDS, in
+* retention of checkpoints, events and effects (runs/storage/retention.py, apply; docs/
+  retention.md) every RETENTION_INTERVAL_SECONDS, in
   a thread of its own: a long prune holds up neither the heartbeat nor a stop. The
   first one comes at a random moment of the first interval, so that the trees of a
   fleet do not all prune at once, and a tree restarted more often still prunes.
@@ -26,7 +27,7 @@ from django.db import close_old_connections, connection
 
 from runs.db_faults import DATABASE_FAULTS
 from runs.durable import clock
-from runs.storage.retention import prune
+from runs.storage.retention import apply as apply_retention
 from runs.worker import side_jobs
 from runs.worker.execute import store
 from runs.worker.heartbeat import record_heartbeat
@@ -88,9 +89,9 @@ def _name(duty) -> str:
 
 def _prune() -> None:
     try:
-        prune()
+        apply_retention()
     except Exception:  # noqa: BLE001 - the next interval tries again
-        logger.exception("checkpoint retention failed")
+        logger.exception("retention failed")
     finally:
         connection.close()  # this thread's own
 

@@ -200,15 +200,16 @@ class Command(BaseCommand):
         deploys_cli.handle(self, opts)
 
     def do_prune(self, opts):
-        from runs.storage.retention import prune
+        from runs.storage.retention import apply
 
-        report = prune(dry_run=opts["dry_run"])
+        report, events = apply(dry_run=opts["dry_run"])
         if self.as_json:
             self.stdout.write(json.dumps({"dry_run": report.dry_run, "runs": report.runs,
                                           "checkpoints": report.checkpoints,
-                                          "bytes": report.bytes, "per_run": report.per_run}))
+                                          "bytes": report.bytes, "per_run": report.per_run,
+                                          "events": events.as_dict()}))
         else:
-            self.stdout.write(str(report))
+            self.stdout.write(f"checkpoints: {report}\nevents and effects: {events}")
 
     # --- output ----------------------------------------------------------------------
     def _print_run(self, run, full=False):

@@ -177,6 +177,23 @@ def event_message(event) -> dict:
 
 
 # --- output ------------------------------------------------------------------------------
+def retention_notice(run) -> str:
+    """What retention deleted of the run (runs/storage/event_retention.py), in words, in
+    place of a gap in its log; "" if nothing."""
+    before, effects = run.events_pruned_before, run.effects_pruned
+    if before <= 1 and not effects:
+        return ""
+    when = f"on {run.pruned_at.date().isoformat()}" if run.pruned_at else "now"
+    parts = []
+    if before > 1:
+        parts.append(f"Events before #{before} were deleted {when} by retention "
+                     f"({run.events_pruned} events; its status changes are kept)")
+    if effects:
+        parts.append(f"{effects} of its effects were deleted {when} by retention (metered "
+                     "calls and those an operator acted on are kept)")
+    return "; ".join(parts) + "."
+
+
 def pretty_json(value, limit: int = 200_000) -> tuple[str, bool]:
     text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
     if len(text) > limit:

@@ -168,6 +168,7 @@ class Client:
         pause, and gives up (Unavailable) after `give_up_after` seconds without a
         connection. Refusals (401, 403, 404) are raised at once."""
         last, delay, failing_since = after, 0.2, None
+        pruned_before = 0  # retention deleted the events below it but status events
         self.last_end = None
         while True:
             try:
@@ -177,12 +178,15 @@ class Client:
                         data = json.loads(message.data)
                         self.last_end = End(data.get("status", ""), data.get("seq", last), data)
                         return
+                    if message.event == "pruned":
+                        pruned_before = int(json.loads(message.data).get("before", 0))
+                        continue
                     if message.event != "message" or not message.id:
                         continue  # the stream's retry, a keep-alive
                     seq = int(message.id)
                     if seq <= last:
                         continue  # already yielded (never twice)
-                    if seq != last + 1:
+                    if seq != last + 1 and seq > pruned_before:
                         break  # a gap: ask again from the last one we have
                     event = Event.from_dict(json.loads(message.data))
                     last = seq

@@ -8,7 +8,9 @@ and it reads from the hub's tail of recent events or, to catch up, from the tabl
 thread: thousands can be open on one Daphne. When the run ends the stream sends
 `event: end` and closes; while nothing happens it sends a comment line every
 API_SSE_HEARTBEAT_SECONDS so proxies keep it open. A stopping Daphne ends it at once
-(the client reconnects to the next one and resumes)."""
+(the client reconnects to the next one and resumes). A run whose old events retention
+deleted (docs/retention.md) is announced first by `event: pruned` with {"before": N}: the
+numbers below N that do not come are gone, not lost on the way."""
 
 from __future__ import annotations
 
@@ -135,6 +137,9 @@ async def _frames(user, run_id: str, cursor: int, feed, watcher: Watcher):
             run = await read_run(user, run_id)
             end = {"status": run.status, "seq": run.event_seq} \
                 if run.status in r.FINAL_STATUSES else None
+            if run.events_pruned_before > cursor + 1:
+                pruned = {"before": run.events_pruned_before}
+                yield f"event: pruned\ndata: {json.dumps(pruned)}\n\n"
         batch = None if from_db else feed.cached_after(cursor)
         read_table = batch is None
         if read_table:

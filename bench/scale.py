@@ -76,7 +76,7 @@ def scenarios(big: str, deep_seq: int, api_cursor: str, ops_cursor: str) -> list
         ("my runs, active", "user", "/?status=active"),
         ("my runs, failed", "user", "/?status=failed"),
         ("my runs, agent=crawl", "user", "/?agent=crawl"),
-        ("my runs, page 200", "user", "/?page=200"),
+        ("my runs, older (cursor)", "user", f"/?after={api_cursor}"),
         ("run page, 1M events", "user", f"/runs/{big}/"),
         ("run page, older events", "user", f"/runs/{big}/events/?before={deep_seq}"),
         ("API my runs", "token", "/api/v1/runs"),
@@ -162,7 +162,8 @@ def explain(sql: str) -> str:
 
 
 def cursors(big: str, user) -> tuple[int, str, str]:
-    """A deep event number, and a run-list cursor 100,000 runs (or half way) in."""
+    """A deep event number, and cursors 100,000 runs (or half way) into user0's runs
+    (my runs, the API's list) and into all runs."""
     from runs.models import Run
     from runs.operator.selectors import encode_cursor
 

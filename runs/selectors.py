@@ -224,11 +224,19 @@ def checkpoint_state(checkpoint: Checkpoint):
     return checkpoint.state()
 
 
-def run_trouble_events(run: Run) -> list[RunEvent]:
-    """Failures and stops that needed attention, for the timeline."""
-    return list(RunEvent.objects.filter(run=run, kind="status")
-                .filter(Q(data__status=r.FAILED) | Q(data__status=r.NEEDS_ATTENTION))
-                .order_by("seq"))
+TIMELINE_TROUBLES = 200
+
+
+def run_trouble_events(run: Run, limit: int = TIMELINE_TROUBLES) -> list[RunEvent]:
+    """The latest `limit` failures and stops that needed attention, for the timeline,
+    oldest first. The limit bounds the read, and keeps the plan on the run's own status
+    events (event_run_status) whatever share of the table the run holds: without it, for
+    a run of 1,000,000 of 4,500,000 events, the planner took a fifth of every run's
+    status events for this run's and scanned them all by the webhooks' index (1.1 s)."""
+    rows = (RunEvent.objects.filter(run=run, kind="status")
+            .filter(Q(data__status=r.FAILED) | Q(data__status=r.NEEDS_ATTENTION))
+            .order_by("-seq")[:limit])
+    return list(reversed(rows))
 
 
 # --- chat agents (runs/chat/) --------------------------------------------------------------

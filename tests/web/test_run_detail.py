@@ -206,3 +206,20 @@ def test_a_failed_run_has_no_eta_saying_done(alice_client, lister_run, ticker_ru
     assert '<span id="run-eta">—</span>' in failed
     succeeded = alice_client.get(ticker_run.get_absolute_url()).content.decode()
     assert '<span id="run-eta">done</span>' in succeeded
+
+
+@pytest.mark.django_db
+def test_the_timeline_reads_the_latest_failures_only(ticker_run):
+    """A bounded read of the run's own status events (docs/scaling.md): the latest
+    `limit` failures and attention stops, oldest first; other status events are not."""
+    from runs.selectors import run_trouble_events
+
+    head = ticker_run.event_seq
+    statuses = ["failed", "running", "needs_attention", "failed", "needs_attention"]
+    RunEvent.objects.bulk_create(RunEvent(run=ticker_run, seq=head + i, kind="status",
+                                          data={"status": status})
+                                 for i, status in enumerate(statuses, start=1))
+    assert [e.seq for e in run_trouble_events(ticker_run, limit=3)] == [head + 3, head + 4,
+                                                                        head + 5]
+    assert [e.seq for e in run_trouble_events(ticker_run)] == [head + 1, head + 3, head + 4,
+                                                               head + 5]

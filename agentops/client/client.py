@@ -167,8 +167,7 @@ class Client:
         server or a 503 is waited out: it reconnects with Last-Event-ID, with a growing
         pause, and gives up (Unavailable) after `give_up_after` seconds without a
         connection. Refusals (401, 403, 404) are raised at once."""
-        last, delay, failing_since = after, 0.2, None
-        pruned_before = 0  # retention deleted the events below it but status events
+        last, delay, failing_since, pruned_before = after, 0.2, None, 0
         self.last_end = None
         while True:
             try:
@@ -178,7 +177,7 @@ class Client:
                         data = json.loads(message.data)
                         self.last_end = End(data.get("status", ""), data.get("seq", last), data)
                         return
-                    if message.event == "pruned":
+                    if message.event == "pruned":  # retention deleted those below but status events
                         pruned_before = int(json.loads(message.data).get("before", 0))
                         continue
                     if message.event != "message" or not message.id:

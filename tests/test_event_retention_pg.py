@@ -15,10 +15,8 @@ from django.utils import timezone
 
 from runs.models import Run, RunEvent
 from runs.storage.event_retention import Policy, prune
-from tests.conftest import ON_POSTGRESQL
 
-pytestmark = [pytest.mark.django_db(transaction=True),
-              pytest.mark.skipif(not ON_POSTGRESQL, reason="PostgreSQL only")]
+pytestmark = pytest.mark.django_db(transaction=True)  # PostgreSQL only: tests/conftest.py
 
 EVENTS = 20_000
 

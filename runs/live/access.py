@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import sys
 import threading
 import time
 from importlib import import_module
@@ -33,12 +34,17 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.dispatch import receiver
 from django.utils.crypto import constant_time_compare
 
-try:
-    from redis.exceptions import TimeoutError as RedisTimeout
-except ImportError:  # pragma: no cover - no Redis client installed
-    RedisTimeout = TimeoutError
-
 logger = logging.getLogger("agentops.live")
+
+
+def _is_receive_timeout(error: BaseException) -> bool:
+    """asyncio's timeout, or Redis's socket timeout on an idle read. The redis package is
+    looked up, not imported: importing it costs every process a quarter of Django's
+    start-up (its own OpenTelemetry metrics included), and an error can only be Redis's
+    in a process that already imported it (channels_redis did)."""
+    redis_errors = sys.modules.get("redis.exceptions")
+    return isinstance(error, TimeoutError) or (
+        redis_errors is not None and isinstance(error, redis_errors.TimeoutError))
 
 ACCESS_GROUP = "live.access"
 CLOSE_ACCESS_CHANGED = 4403
@@ -129,11 +135,12 @@ class AccessWatcher:
                 await asyncio.sleep(timeout)
                 return None
             return await asyncio.wait_for(layer.receive(channel), timeout)
-        except (TimeoutError, RedisTimeout):  # none came, or an idle read hit the socket timeout
-            return None
         except asyncio.CancelledError:
             raise
-        except Exception:  # Redis down or restarting: join again once it answers
+        except Exception as error:
+            if _is_receive_timeout(error):  # none came, or an idle read hit the socket timeout
+                return None
+            # Redis down or restarting: join again once it answers
             logger.warning("access watcher lost the channel layer", exc_info=True)
             await asyncio.sleep(1.0)
             return _FAILED

@@ -26,7 +26,6 @@ import threading
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -55,6 +54,12 @@ def start() -> bool:
         if not _state["configured"]:
             _state["configured"] = True
             if endpoint_configured():
+                # imported only here: the exporter and its protobuf cost every process
+                # that never traces a tenth of Django's start-up
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+                    OTLPSpanExporter,
+                )
+
                 _install(BatchSpanProcessor(OTLPSpanExporter()), None)
     return _state["tracer"] is not None
 

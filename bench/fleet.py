@@ -13,7 +13,10 @@ Needs what tests/fleet needs (root, iproute2, Debian's pgbouncer); its own datab
    ratio to 1 host);
 2. no-op effects/s with 1, 2 and 4 hosts, bound by PostgreSQL's commits through
    PgBouncer, against the floor in the same process: a one-row INSERT and COMMIT a
-   statement, one connection, through the same PgBouncer;
+   statement, one connection, through the same PgBouncer; and against a single host as
+   `bench compare` measures one (PostgreSQL reached directly, no namespace, no
+   PgBouncer): the same runs on one worker tree, and its scenario 1 (1,000 no-op
+   effects in one run, executed in this process), with the direct floor beside them;
 3. the time from a host's death (every process SIGKILLed) and from its partition (its
    link down) to its run's next effect on another host, p50 and p95 (lease 2 s: target
    p95 under 2x the lease);
@@ -95,27 +98,69 @@ def scaling(tmp: Path) -> None:
 
 
 def commits(tmp: Path) -> None:
-    from runs import services
-    from runs.models import Effect
-
-    print("no-op effects/s through PgBouncer (20 runs of 100 effects, 10 slots a host):")
+    print(f"no-op effects/s (20 runs of 100 effects, 10 slots a host); load average "
+          f"{' / '.join(f'{v:.2f}' for v in os.getloadavg())} (1 / 5 / 15 min):")
+    single, direct_floor = _single_host()
     for hosts in (1, 2, 4):
         fleet = _fleet(tmp, hosts)
         try:
             if hosts == 1:
                 floor = raw_insert_floor(fleet.pgbouncer.url)
                 print(f"  floor: one-row INSERT + COMMIT through PgBouncer, one connection: "
-                      f"{1 / floor:.0f}/s")
+                      f"{1 / floor:.0f}/s ({direct_floor / floor:.2f}x direct)")
             fleet.start_all(AGENTOPS_RUNS_PER_WORKER=10)
-            before = Effect.objects.count()
-            started = time.monotonic()
-            ids = [services.run_launch(user=None, agent="fleet_noop", inputs={"calls": 100}).id
-                   for _ in range(20)]
-            _finished(ids)
-            rate = (Effect.objects.count() - before) / (time.monotonic() - started)
+            rate = _noop_effects_per_s()
         finally:
             fleet.stop()
-        print(f"  {hosts} host(s): {rate:.0f} effects/s ({rate * floor:.2f}x the floor)")
+        print(f"  {hosts} host(s) through PgBouncer: {rate:.0f} effects/s "
+              f"({rate / single:.2f}x the single host, {rate * floor:.2f}x the floor)")
+    print(f"  load average after: {' / '.join(f'{v:.2f}' for v in os.getloadavg())}")
+
+
+def _single_host(reps: int = 3) -> tuple[float, float]:
+    """(effects/s of the fleet's runs on one worker tree here, the direct floor's seconds
+    per commit): `bench compare`'s configuration, PostgreSQL reached directly. Printed
+    beside `bench compare`'s scenario 1, run here by its own code."""
+    from bench.compare import ours
+    from bench.compare.cluster import WorkerTree
+    from tests.support.fleet import LEASE_SECONDS
+    from tests.support.processes import NO_TIME_SLICES
+
+    url = os.environ["DATABASE_URL"]
+    floor = raw_insert_floor(url)
+    print(f"  floor: one-row INSERT + COMMIT, PostgreSQL directly, one connection: "
+          f"{1 / floor:.0f}/s")
+    # the fleet's host settings (tests/support/fleet.py), bar the network and PgBouncer
+    tree = WorkerTree(url, workers=1, AGENTOPS_RUNS_PER_WORKER=10,
+                      AGENTOPS_AGENT_MODULES="tests.fleet.agents",
+                      AGENTOPS_LEASE_SECONDS=LEASE_SECONDS, AGENTOPS_WORKER_DB_POOL=3,
+                      **NO_TIME_SLICES)
+    try:
+        rate = _noop_effects_per_s()
+    finally:
+        tree.stop()
+    print(f"  single host, one worker tree, PostgreSQL directly: {rate:.0f} effects/s "
+          f"({rate * floor:.2f}x the direct floor)")
+    n = 1000  # bench compare's scenario 1 (runner.Sizes.effects)
+    per_s = statistics.median(n / ours.run_in_process("bench-effects", {"n": n})[1]
+                              for _ in range(reps))
+    print(f"  bench compare's scenario 1, {n:,} no-op effects in one run in this process, "
+          f"median of {reps}: {per_s:.0f} effects/s ({per_s * floor:.2f}x the direct floor)")
+    return rate, floor
+
+
+def _noop_effects_per_s() -> float:
+    """Effects/s of 20 runs of 100 no-op effects on the trees running now, from launch
+    to the last run's end."""
+    from runs import services
+    from runs.models import Effect
+
+    before = Effect.objects.count()
+    started = time.monotonic()
+    ids = [services.run_launch(user=None, agent="fleet_noop", inputs={"calls": 100}).id
+           for _ in range(20)]
+    _finished(ids)
+    return (Effect.objects.count() - before) / (time.monotonic() - started)
 
 
 def healing(tmp: Path, rounds: int = 8) -> None:

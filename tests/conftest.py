@@ -20,6 +20,7 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 ON_POSTGRESQL = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
 collect_ignore = (["test_store_contract_orm.py"] if ON_POSTGRESQL
                   else ["test_store_contract_pg.py", "test_pgbouncer.py",
+                        "test_pgbouncer_web.py",
                         "test_round_trips_pg.py", "test_run_row_pg.py",
                         "test_lease_keeper_pg.py", "test_hot_path_one_run_pg.py",
                         "test_partitioned_schema_pg.py", "test_scale_plans_pg.py",

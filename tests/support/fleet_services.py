@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
+from psycopg.rows import dict_row
 
 from tests.support.netns import PGBOUNCER, SERVICES_NAME
 from tests.support.processes import Managed, process_env, wait_until
@@ -59,6 +60,7 @@ default_pool_size = {pool_size}
 reserve_pool_size = 0
 max_client_conn = 1000
 idle_transaction_timeout = {idle_transaction_timeout}
+stats_users = {self.user}
 """)
         # Its log goes to a file, never to a pipe: pgbouncer writes a few lines for every
         # connection, and once a pipe nobody reads holds 64 KiB its next write blocks the
@@ -89,6 +91,16 @@ idle_transaction_timeout = {idle_transaction_timeout}
                 return conn.execute("SELECT 1").fetchone() == (1,)
         except psycopg.OperationalError:
             return False
+
+    def show(self, what: str) -> list[dict]:
+        """The rows of the admin console's SHOW `what` (CLIENTS, SERVERS, POOLS) for the
+        test database: who is connected, as PgBouncer counts them."""
+        console = f"postgres://{self.user}@{self.address}:{self.port}/pgbouncer"
+        with psycopg.connect(console, connect_timeout=2, autocommit=True,
+                             row_factory=dict_row) as conn:
+            # no parameters: psycopg sends it in the simple protocol, the console's only one
+            rows = conn.execute(f"SHOW {what}").fetchall()
+        return [row for row in rows if row["database"] == self.database]
 
     def stop(self) -> None:
         # SIGQUIT: at once. Since PgBouncer 1.23 SIGTERM waits for every client to go.

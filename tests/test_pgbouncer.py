@@ -34,6 +34,10 @@ def pgbouncer(django_db_setup):
         bouncer.stop()
 
 
+# Marked for the database it never touches through Django: pytest-django creates the test
+# database only for a session whose tests are marked, and run alone this one's PgBouncer
+# would front a database that does not exist.
+@pytest.mark.django_db
 def test_pgbouncer_keeps_answering_after_logging_more_than_a_pipe_holds(pgbouncer):
     """Each connection logs a few lines; far more than 64 KiB of them (a pipe's buffer)
     must not stop the pooler, as it did when its log went to a pipe nobody read."""

@@ -5,8 +5,6 @@ agentops/settings.py imports them."""
 import json
 import os
 
-from django.core.exceptions import ImproperlyConfigured
-
 from agentops.environment import (
     DB_POOL_RECONNECT_SECONDS,
     DB_TRANSACTION_POOLING,
@@ -16,23 +14,8 @@ from agentops.environment import (
     env_float,
     env_int,
     env_list,
+    env_retention_days,
 )
-
-
-def retention_days(name: str, default: float) -> float:
-    """Days, or 0 for "off" (nothing is deleted)."""
-    value = os.environ.get(name, "").strip().lower()
-    if value in ("off", "never", "none"):
-        return 0.0
-    try:
-        days = float(value) if value else default
-    except ValueError:
-        raise ImproperlyConfigured(f'{name} must be a number of days or "off", '
-                                   f"not {value!r}") from None
-    if not 0 <= days < 36500:  # NaN and inf too: a timedelta of them does not exist
-        raise ImproperlyConfigured(f'{name} must be 0 to 36500 days (or "off"), not {value!r}')
-    return days
-
 
 # --- the worker tree (runs/worker/tree.py, docs/workers.md) -------------------
 # Worker processes per host: one per core (at least two). Concurrency for I/O comes from
@@ -77,7 +60,7 @@ AGENTOPS = {
     # an ended run's events and effects are deleted this many days after it ended, but
     # its status events, its metered effects and those an operator acted on; 30 days,
     # the window of most hosted job and CI services' logs. 0 or "off": kept for ever.
-    "EVENT_RETENTION_DAYS": retention_days("AGENTOPS_EVENT_RETENTION_DAYS", 30.0),
+    "EVENT_RETENTION_DAYS": env_retention_days("AGENTOPS_EVENT_RETENTION_DAYS", 30.0),
     # Expire at once the lease of a dead worker process on this host (else: wait
     # for the lease to run out, as for a worker on another host).
     "DETECT_DEAD_LOCAL_WORKERS": env_bool("AGENTOPS_DETECT_DEAD_LOCAL_WORKERS", True),

@@ -6,6 +6,7 @@ from here, so each is decided once."""
 import os
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 
 def env_bool(name, default=False):
@@ -25,6 +26,21 @@ def env_float(name, default):
 
 def env_list(name, default=""):
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def env_retention_days(name: str, default: float) -> float:
+    """Days, or 0 for "off" (nothing is deleted)."""
+    value = os.environ.get(name, "").strip().lower()
+    if value in ("off", "never", "none"):
+        return 0.0
+    try:
+        days = float(value) if value else default
+    except ValueError:
+        raise ImproperlyConfigured(f'{name} must be a number of days or "off", '
+                                   f"not {value!r}") from None
+    if not 0 <= days < 36500:  # NaN and inf too: a timedelta of them does not exist
+        raise ImproperlyConfigured(f'{name} must be 0 to 36500 days (or "off"), not {value!r}')
+    return days
 
 
 # Local mode (bin/serve, bin/test, a laptop) is neither SECRET_KEY nor ALLOWED_HOSTS set

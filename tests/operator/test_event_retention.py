@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from agentops.engine_settings import retention_days
+from agentops.environment import env_retention_days
 from runs import services
 from runs.budgets.models import Approval
 from runs.durable import records as r
@@ -242,11 +242,11 @@ def test_the_prune_command_applies_both_policies(users, capsys, settings):
                                              ("off", 0.0), (" OFF ", 0.0), ("0.5", 0.5)])
 def test_the_setting_reads_days_or_off(monkeypatch, value, days):
     monkeypatch.setenv("AGENTOPS_EVENT_RETENTION_DAYS", value)
-    assert retention_days("AGENTOPS_EVENT_RETENTION_DAYS", 30.0) == days
+    assert env_retention_days("AGENTOPS_EVENT_RETENTION_DAYS", 30.0) == days
 
 
 @pytest.mark.parametrize("value", ["thirty", "-1", "nan", "inf", "1e9"])
 def test_a_setting_that_is_no_number_of_days_is_refused_with_its_name(monkeypatch, value):
     monkeypatch.setenv("AGENTOPS_EVENT_RETENTION_DAYS", value)
     with pytest.raises(ImproperlyConfigured, match="AGENTOPS_EVENT_RETENTION_DAYS"):
-        retention_days("AGENTOPS_EVENT_RETENTION_DAYS", 30.0)
+        env_retention_days("AGENTOPS_EVENT_RETENTION_DAYS", 30.0)

@@ -80,7 +80,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "csp",
     "axes",
-    "ninja",  # the API's browsable docs: Swagger UI from the package's own static files
+    # Not "ninja": its Swagger UI comes from static/vendor (runs/api/docs.py says why).
 ]
 
 MIDDLEWARE = [

@@ -16,10 +16,10 @@ from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
-from ninja.openapi.docs import Swagger
 
 from runs.api import approvals, chat, deploys, endpoints, operate, stream
 from runs.api.auth import AUTH
+from runs.api.docs import SwaggerUI
 from runs.api.parsing import GuardedJSONParser, UnsupportedMediaTypeError
 from runs.db_faults import DATABASE_FAULTS
 from runs.durable import errors as e
@@ -42,7 +42,7 @@ api = AgentopsAPI(
     urls_namespace="api",
     auth=AUTH,
     parser=GuardedJSONParser(),
-    docs=Swagger(settings={"persistAuthorization": False}),
+    docs=SwaggerUI(settings={"persistAuthorization": False}),
     docs_url="/docs",
     openapi_url="/openapi.json",
 )

@@ -7,6 +7,7 @@ import pytest
 
 from runs.api.models import ApiToken
 from runs.api.tokens import digest
+from runs.models import Run
 from tests.web.conftest import log_in, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.services]
@@ -59,3 +60,22 @@ def test_one_cannot_revoke_another_users_token(users, client_for, make_token):
     client_for("bob").post(f"/account/tokens/{token.pk}/revoke/")
     token.refresh_from_db()
     assert token.revoked_at is None
+
+
+def test_the_api_docs_launch_a_run_with_the_session(users, server, browser_context):
+    """Swagger UI from the vendored bundle (runs/api/docs.py) lists the operations, and
+    its "Try it out" launches a run as the logged-in user: the page's script adds the
+    session's CSRF token, without which the API refuses a session's POST (403)."""
+    page = browser_context.new_page()
+    log_in(page, server.url, "alice", "alice-pass-1")
+    page.goto(f"{server.url}/api/v1/docs")
+    launch = page.locator("#operations-runs-launch")
+    launch.locator(".opblock-summary").click()
+    launch.locator("button.try-out__btn").click()
+    launch.locator("textarea.body-param__text").fill('{"agent": "ticker", "inputs": {}}')
+    launch.locator("button.execute").click()
+    status = launch.locator(".live-responses-table tbody .response-col_status").first
+    status.wait_for()
+    assert status.inner_text().strip().startswith("202"), launch.locator(
+        ".live-responses-table").inner_text()
+    assert Run.objects.filter(owner=users["alice"], agent="ticker").count() == 1

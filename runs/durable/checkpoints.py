@@ -1,6 +1,7 @@
 """A session's checkpoints as it writes them: each one the state in full, or a patch against
-the previous checkpoint of its branch when the state is large and the chain of patches
-still lighter than its full checkpoint (runs/durable/serde.py says why and how long)."""
+the previous checkpoint of its branch when the state is past a few hundred bytes and the
+chain of patches still lighter than CHAIN_WEIGHT full checkpoints (runs/durable/serde.py
+says why and how long)."""
 
 from __future__ import annotations
 
@@ -48,8 +49,8 @@ class CheckpointWriter:
 
     def _encoded(self, raw: bytes, branch: int):
         """(blob, codec, base_number): a patch against the previous checkpoint of this
-        branch when the state is large and the chain may grow (serde.Chain), else a
-        full one."""
+        branch when the state is past serde.PATCH_ABOVE and the chain may grow
+        (serde.Chain), else a full one."""
         base = self._base
         if (base is not None and base[1] == branch and len(raw) > serde.PATCH_ABOVE
                 and self._chain.may_extend(raw)):

@@ -22,18 +22,24 @@ MAX_STATE_BYTES = 64 * 1024 * 1024
 # checkpoint, which a resume decodes first, then every patch after it.
 #
 # Where a chain ends is chosen by size, not by a count of patches. A new full
-# checkpoint is written when the chain's patches would outweigh the full one they
-# rest on: its cost spread over the chain is then at most the patches' own, so a
-# step costs at most about twice its change (a count of 100 made a 1 MiB state
-# changing 1 KiB a step cost 7.8 KiB a step: its 552 KB base every 100 steps).
+# checkpoint is written when the chain's patches would outweigh CHAIN_WEIGHT full
+# ones of the size they rest on: the full one's cost spread over the chain is then
+# at most a CHAIN_WEIGHT-th of the patches' own, so a step costs about 1 + 1/4 times
+# its patch (a count of 100 made a 1 MiB state changing 1 KiB a step cost 7.8 KiB a
+# step: its 552 KB base every 100 steps; a weight of 1 made a chat history growing
+# by a 500 B message a step store its 240 B patch twice: its full checkpoints took
+# 369 B/step of TOAST on PostgreSQL, 82 at a weight of 4).
 # And when a resume would decode more than CHAIN_DECODE_BYTES along the chain (each
 # patch decodes to a whole state): that bounds a resume's time whatever the
 # change, a few bytes a step on a large state included (1 MiB patches decode in
-# 0.2-0.4 ms here quiet, 1.1 ms loaded: 512 of them take 0.1-0.6 s).
-# Below PATCH_ABOVE a full checkpoint is cheap enough: a patch needs the compressor
-# with the base as its dictionary (about a millisecond), a few KiB compress in tens
-# of microseconds.
-PATCH_ABOVE = 2 * 1024
+# 0.2-0.4 ms here quiet, 1.1 ms loaded: 512 of them take 0.1-0.6 s; a 100 KB chat
+# history's in 0.06 ms: the 600 of its chain at a weight of 4 in about 36 ms).
+# Below PATCH_ABOVE a full checkpoint is as small as a patch: a patch of a few
+# hundred bytes is mostly its own frame. Above it a patch costs 0.05-0.08 ms
+# against a full one's 0.02 ms (a 1-2 KiB chat history here) and stores a quarter
+# to a half of it.
+PATCH_ABOVE = 512
+CHAIN_WEIGHT = 4
 CHAIN_DECODE_BYTES = 512 * 1024 * 1024
 PATCH_CODEC = "json+zstd-patch"
 _PATCH_LEVEL = 6  # with long-distance matching: a 1 KB change in 1 MB patches to < 1 KB
@@ -152,8 +158,10 @@ class Chain:
 
     def worth(self, patch: bytes, raw: bytes) -> bool:
         """Whether a patch beats a full checkpoint here: it is small against the state,
-        and the chain's patches with it still weigh no more than its full checkpoint."""
-        return len(patch) < len(raw) // 4 and self.patch_bytes + len(patch) <= self.full_bytes
+        and the chain's patches with it still weigh no more than CHAIN_WEIGHT times its
+        full checkpoint."""
+        return (len(patch) < len(raw) // 4
+                and self.patch_bytes + len(patch) <= CHAIN_WEIGHT * self.full_bytes)
 
     def after(self, blob: bytes, patched: bool) -> Chain:
         if not patched:

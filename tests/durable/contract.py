@@ -1617,9 +1617,9 @@ class StoreContract:
 
     def test_a_patch_chain_ends_when_its_patches_outweigh_a_full_checkpoint(self, store,
                                                                              monkeypatch):
-        def after(chain, blob, patched):  # as if the full checkpoint were 2.5 patches' size
+        def after(chain, blob, patched):  # as if the full checkpoints' weight were 2.5 patches
             if not patched:
-                return serde.Chain(full_bytes=750)
+                return serde.Chain(full_bytes=750 // serde.CHAIN_WEIGHT)
             return original(chain, blob, patched)
 
         original = serde.Chain.after

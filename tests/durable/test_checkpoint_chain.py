@@ -1,6 +1,7 @@
 """Where a session's patch chain ends (runs/durable/checkpoints.py, serde.Chain): by size,
 not by a count of patches. A new full checkpoint when the chain's patches would outweigh
-the full one they rest on, or when a resume would decode too much along the chain."""
+CHAIN_WEIGHT full ones of the size they rest on, or when a resume would decode too much
+along the chain."""
 
 import random
 
@@ -39,15 +40,16 @@ def test_a_chain_of_small_patches_goes_on_past_a_hundred():
     assert serde.checkpoint_state(checkpoints[-1], checkpoints) == big_state(129)
 
 
-def test_a_chain_ends_when_its_patches_would_outweigh_its_full_checkpoint(monkeypatch):
-    monkeypatch.setattr(serde, "encode_patch", lambda raw, base: b"p" * 3000)
+def test_a_chain_ends_when_its_patches_would_outweigh_its_full_checkpoints_weight(monkeypatch):
+    patch = 3000 * serde.CHAIN_WEIGHT
+    monkeypatch.setattr(serde, "encode_patch", lambda raw, base: b"p" * patch)
     checkpoints = written(big_state, 200)
     fulls = [c.number for c in checkpoints if c.codec != serde.PATCH_CODEC]
     assert len(fulls) >= 3
     for start, end in zip(fulls, fulls[1:]):  # each chain: as many patches as fit
-        full = checkpoints[start - 1].size
+        allowed = serde.CHAIN_WEIGHT * checkpoints[start - 1].size
         patches = end - start - 1
-        assert patches * 3000 <= full < (patches + 1) * 3000, (start, end, full)
+        assert patches * patch <= allowed < (patches + 1) * patch, (start, end, allowed)
 
 
 def test_a_chain_ends_at_what_a_resume_may_decode(monkeypatch):
@@ -65,3 +67,42 @@ def test_a_state_of_a_few_kib_is_patched():
     checkpoints = written(chat, 6)
     assert [c.codec == serde.PATCH_CODEC for c in checkpoints] == [False] + [True] * 5
     assert all(c.size < 600 for c in checkpoints[1:]), [c.size for c in checkpoints]
+
+
+def test_a_state_under_a_kib_is_patched():
+    """Past PATCH_ABOVE (512 B) a step that changes a counter stores the change, not the
+    state."""
+    def notes(step):
+        return {"i": step, "notes": [chunk(k) for k in range(2)]}  # 1 KiB
+
+    checkpoints = written(notes, 4)
+    assert [c.codec == serde.PATCH_CODEC for c in checkpoints] == [False] + [True] * 3
+    assert all(c.size < 100 for c in checkpoints[1:]), [c.size for c in checkpoints]
+    assert serde.checkpoint_state(checkpoints[-1], checkpoints) == notes(3)
+
+
+WORDS = ("agent", "tool", "call", "result", "state", "plan", "step", "memory", "search",
+         "page", "fetch", "summary", "user", "answer")
+
+
+def message(n: int) -> dict:
+    """About 500 bytes of word-like text, compressing as prose does."""
+    rng = random.Random(n)
+    words = " ".join(rng.choice(WORDS) + str(rng.randrange(1000)) for _ in range(60))
+    return {"role": "user", "content": words[:500]}
+
+
+def test_a_growing_chat_history_stores_about_its_patch_a_step():
+    """A step's state costs its patch and a CHAIN_WEIGHT-th of a full checkpoint's share:
+    400 steps store 1.51 times their mean patch a step (a weight of 1, each chain's
+    patches weighing its full checkpoint, stored 2.26 times). Every checkpoint decodes
+    to its own state."""
+    def chat(step):
+        return {"messages": [message(k) for k in range(step + 1)]}
+
+    checkpoints = written(chat, 400)
+    patches = [c.size for c in checkpoints if c.codec == serde.PATCH_CODEC]
+    per_step = sum(c.size for c in checkpoints) / len(checkpoints)
+    assert per_step <= 1.6 * sum(patches) / len(patches), (per_step, len(patches))
+    for step in (0, 1, 57, 398, 399):
+        assert serde.checkpoint_state(checkpoints[step], checkpoints) == chat(step)

@@ -249,3 +249,32 @@ def test_a_claim_that_waited_on_a_zombies_commit_never_misses_its_writes(claimed
     assert [(e.key, e.status) for e in loaded.effects] == [("k-zombie", r.INTENT)]
     with pytest.raises(FencedError):  # the zombie's next write is refused
         store.commit(run_id, epoch, r.Commit(effects=[intent]))
+
+
+def test_an_effects_commit_statement_is_built_once_per_shape(claimed, statements):
+    """The statement's text depends on the commit's shape only (the run fields it sets,
+    how many effects and events, a checkpoint, a release, an ending): the next commit
+    of the same shape sends the same string without building it again, so psycopg
+    finds it prepared by identity."""
+    store, run_id, epoch = claimed
+
+    def effect_commit(seq: int) -> r.Commit:
+        done = r.EffectRecord(branch=1, step_no=1, seq=seq, kind=r.CALL, tool="tests.bump",
+                              digest="d", key=f"{run_id}:1:1:{seq}", idempotent=True,
+                              status=r.DONE, result=seq, attempts=1, started_at=time.time(),
+                              finished_at=time.time())
+        return r.Commit(run=r.RunChanges(lease_expires_at=time.time() + 30), effects=[done],
+                        events=[("effect", {"seq": seq})])
+
+    store.commit(run_id, epoch, effect_commit(0))
+    built = store_pg._statement.cache_info().misses
+    for seq in (1, 2):
+        store.commit(run_id, epoch, effect_commit(seq))
+    if ON_POSTGRESQL:
+        assert store_pg._statement.cache_info().misses == built
+        assert statements[-1] is statements[-2] is statements[-3]
+    assert [e.result for e in store.load(run_id).effects] == [0, 1, 2]
+    seqs = list(RunEvent.objects.filter(run_id=run_id, kind="effect")
+                .values_list("seq", "data"))
+    assert [data for _, data in seqs] == [{"seq": 0}, {"seq": 1}, {"seq": 2}]
+    assert [seq for seq, _ in seqs] == [2, 3, 4]  # numbered on from the launch's

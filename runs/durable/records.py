@@ -163,9 +163,10 @@ class RunChanges:
     version_refused: str | None = KEEP
 
     def fields(self) -> dict[str, Any]:
-        """{name: value} of the fields set, in the order above."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if getattr(self, f.name) is not KEEP}
+        """{name: value} of the fields set, in the order above. Read on every commit (by
+        the journal and the store): by the names taken once, not dataclasses.fields."""
+        values = self.__dict__
+        return {name: values[name] for name in _RUN_CHANGE_NAMES if values[name] is not KEEP}
 
     def get(self, name: str, default=None):
         value = getattr(self, name)
@@ -174,6 +175,9 @@ class RunChanges:
     def over(self, base: RunChanges) -> RunChanges:
         """These changes on top of `base`'s: where both set a field, these win."""
         return dataclasses.replace(base, **self.fields())
+
+
+_RUN_CHANGE_NAMES = tuple(f.name for f in dataclasses.fields(RunChanges))
 
 
 @dataclass

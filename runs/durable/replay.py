@@ -67,6 +67,8 @@ class ReplayState:
         self.raise_if_halted()
         self.last_position = position
         recorded = self._recorded.pop(position, None)
+        if recorded is None and not self._carried:
+            return None  # a new effect: its record's digest is the one taken (Step.new_record)
         attempted = digest(name, args, kwargs)
         if recorded is None:
             return self._take_carried(position, kind, name, attempted)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from datetime import datetime
 from datetime import timezone as dt_timezone
+from operator import attrgetter
 from typing import Any
 
 from runs.durable import records as r
@@ -104,6 +105,23 @@ def effect_values(record: r.EffectRecord) -> dict:
     values = {name: getattr(record, name) for name in EFFECT_FIELDS}
     for name in EFFECT_TIMES:
         values[name] = to_dt(values[name] or None)
+    return values
+
+
+_EFFECT_COLUMNS = attrgetter(*EFFECT_FIELDS)
+_EFFECT_TIMES_AT = tuple(i for i, name in enumerate(EFFECT_FIELDS) if name in EFFECT_TIMES)
+_EFFECT_JSON_AT = tuple(i for i, name in enumerate(EFFECT_FIELDS) if name in EFFECT_JSON)
+
+
+def effect_params(record: r.EffectRecord) -> list:
+    """effect_values as a statement's parameters, in EFFECT_FIELDS' order, its JSON as
+    text: what an effect's commit sends (runs/storage/pg.py), built without a dict."""
+    values = list(_EFFECT_COLUMNS(record))
+    for i in _EFFECT_TIMES_AT:
+        values[i] = to_dt(values[i] or None)
+    for i in _EFFECT_JSON_AT:
+        if values[i] is not None:
+            values[i] = json.dumps(values[i])
     return values
 
 

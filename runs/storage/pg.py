@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import json
 from datetime import datetime
+from typing import NamedTuple
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
@@ -236,22 +237,49 @@ def commit_in_one_statement(run_id: str, epoch: int, commit: r.Commit, *,
     """The committed run's epoch, event_seq, control, agent and the checkpoint's number
     (or None), by name; None when the epoch was fenced off."""
     now = to_dt(clock.now())  # the engine's clock, as the commit's own times
-    sql, params = _run_cte(run_id, epoch, commit, now)
-    ctes = [sql]
-    for part in (_effects_cte, _events_cte, _checkpoint_ctes):
-        sql, part_params = part(run_id, commit, now)
-        if sql:
-            ctes.append(sql)
-            params += part_params
-    return execute(_statement(tuple(ctes), commit.checkpoint is not None), params,
-                   prepare=prepare)
+    changes = commit.run.fields()
+    shape = CommitShape(tuple(changes), commit.checkpoint is not None, commit.release,
+                        changes.get("status") in r.FINAL_STATUSES, len(commit.effects),
+                        len(commit.events))
+    params = _run_params(run_id, epoch, changes, shape, now)
+    if commit.effects:
+        params += _effects_params(run_id, commit.effects)
+    if commit.events:
+        params += _events_params(run_id, commit.events, now)
+    if commit.checkpoint is not None:
+        params += _checkpoint_params(run_id, commit.checkpoint, now)
+    return execute(_statement(shape), params, prepare=prepare)
+
+
+class CommitShape(NamedTuple):
+    """What a commit's statement text depends on: an effect's commit, a step's checkpoint
+    and an ending each recur with the same shape, and their values go as parameters."""
+
+    run_fields: tuple[str, ...]  # the run fields set, in RunChanges' order
+    checkpoint: bool
+    release: bool
+    final: bool  # the run ends: its finished_at is set
+    effects: int
+    events: int
+
+    @property
+    def new_events(self) -> int:
+        return self.events + self.checkpoint
 
 
 @functools.lru_cache(maxsize=512)
-def _statement(ctes: tuple[str, ...], checkpoint: bool) -> str:
-    # The same few shapes recur (an effect, a checkpoint, an ending): one string each,
-    # so psycopg's prepared-statement cache finds them by identity.
-    number = "(SELECT number FROM cp)" if checkpoint else "NULL::integer"
+def _statement(shape: CommitShape) -> str:
+    # Built once per shape: the statement building was a third of the client's work of
+    # an effect's commit, and one string per shape lets psycopg's prepared-statement
+    # cache find it by identity.
+    ctes = [_run_cte(shape)]
+    if shape.effects:
+        ctes.append(_effects_cte(shape.effects))
+    if shape.events:
+        ctes.append(_events_cte(shape))
+    if shape.checkpoint:
+        ctes.append(CHECKPOINT_CTES)
+    number = "(SELECT number FROM cp)" if shape.checkpoint else "NULL::integer"
     return (f"WITH {', '.join(ctes)} SELECT epoch, event_seq, control, agent, "
             f"{number} AS number FROM run")
 
@@ -278,64 +306,63 @@ def execute(sql: str, params: list, *, prepare: bool) -> dict | None:
         return cursor.fetchone()
 
 
-def _run_cte(run_id: str, epoch: int, commit: r.Commit, now: datetime) -> tuple[str, list]:
-    new_events = len(commit.events) + (commit.checkpoint is not None)
-    sets, params = ["event_seq = event_seq + %s", "updated_at = %s"], [new_events, now]
-    for name, value in commit.run.fields().items():
-        sets.append(f"{name} = %s::{sql_type(Run, name)}")
-        params.append(_sql_value(name, value))
-    if commit.checkpoint is not None:
+def _run_cte(shape: CommitShape) -> str:
+    sets = [f"event_seq = event_seq + {shape.new_events}", "updated_at = %s"]
+    sets += [f"{name} = %s::{sql_type(Run, name)}" for name in shape.run_fields]
+    if shape.checkpoint:
         sets.append("checkpoint_count = checkpoint_count + 1")
-    if commit.release:
+    if shape.release:
         sets += ["lease_owner = NULL", "lease_expires_at = NULL"]
-    if commit.run.get("status") in r.FINAL_STATUSES:
+    if shape.final:
         sets.append("finished_at = %s")
+    return (f"run AS (UPDATE runs_run SET {', '.join(sets)} WHERE id = %s AND epoch = %s "
+            "RETURNING event_seq, control, epoch, checkpoint_count, agent)")
+
+
+def _run_params(run_id: str, epoch: int, changes: dict, shape: CommitShape,
+                now: datetime) -> list:
+    params = [now, *(_sql_value(name, value) for name, value in changes.items())]
+    if shape.final:
         params.append(now)
-    sql = (f"run AS (UPDATE runs_run SET {', '.join(sets)} WHERE id = %s AND epoch = %s "
-           "RETURNING event_seq, control, epoch, checkpoint_count, agent)")
-    return sql, params + [run_id, epoch]
+    return params + [run_id, epoch]
 
 
-def _effects_cte(run_id: str, commit: r.Commit, now: datetime) -> tuple[str, list]:
-    if not commit.effects:
-        return "", []
+def _effects_cte(count: int) -> str:
     # Typed VALUES rather than jsonb_to_recordset: the planner costs a set-returning
     # function at 100 rows and the statement took 60% longer (measured).
-    sql = (f"eff AS (INSERT INTO runs_effect (run_id, {', '.join(columns.EFFECT_FIELDS)}) "
-           f"SELECT %s, x.* FROM run, (VALUES {', '.join([EFFECT_ROW] * len(commit.effects))}) "
-           f"AS x ON CONFLICT (run_id, branch, step_no, seq) DO UPDATE SET {EFFECT_UPDATES})")
+    return (f"eff AS (INSERT INTO runs_effect (run_id, {', '.join(columns.EFFECT_FIELDS)}) "
+            f"SELECT %s, x.* FROM run, (VALUES {', '.join([EFFECT_ROW] * count)}) "
+            f"AS x ON CONFLICT (run_id, branch, step_no, seq) DO UPDATE SET {EFFECT_UPDATES})")
+
+
+def _effects_params(run_id: str, effects: list[r.EffectRecord]) -> list:
     params = [run_id]
-    for effect in commit.effects:
-        values = columns.effect_values(effect)
-        params += [_json(values[n]) if n in columns.EFFECT_JSON else values[n]
-                   for n in columns.EFFECT_FIELDS]
-    return sql, params
+    for effect in effects:
+        params += columns.effect_params(effect)
+    return params
 
 
-def _events_cte(run_id: str, commit: r.Commit, now: datetime) -> tuple[str, list]:
-    if not commit.events:
-        return "", []
-    new_events = len(commit.events) + (commit.checkpoint is not None)
-    rows = ", ".join(["(%s::integer, %s::text, %s::jsonb)"] * len(commit.events))
-    sql = ("ev AS (INSERT INTO runs_runevent (run_id, seq, kind, data, created_at) "
-           "SELECT %s, run.event_seq - %s + e.ord, e.kind, e.data, %s "
-           f"FROM run, (VALUES {rows}) AS e(ord, kind, data))")
-    params = [run_id, new_events, now]
-    for i, (kind, data) in enumerate(commit.events, start=1):
+def _events_cte(shape: CommitShape) -> str:
+    rows = ", ".join(["(%s::integer, %s::text, %s::jsonb)"] * shape.events)
+    return ("ev AS (INSERT INTO runs_runevent (run_id, seq, kind, data, created_at) "
+            f"SELECT %s, run.event_seq - {shape.new_events} + e.ord, e.kind, e.data, %s "
+            f"FROM run, (VALUES {rows}) AS e(ord, kind, data))")
+
+
+def _events_params(run_id: str, events: list, now: datetime) -> list:
+    params = [run_id, now]
+    for i, (kind, data) in enumerate(events, start=1):
         params += [i, kind, json.dumps(data)]
-    return sql, params
+    return params
 
 
-def _checkpoint_ctes(run_id: str, commit: r.Commit, now: datetime) -> tuple[str, list]:
-    c = commit.checkpoint
-    if c is None:
-        return "", []
+def _checkpoint_params(run_id: str, c: r.CheckpointRecord, now: datetime) -> list:
     values = columns.checkpoint_values(c, c.number or None)
     values["blob"] = bytes(c.blob)
     values["created_at"] = values["created_at"] if c.created_at else now
     kind, data = events.checkpoint(c, None)  # its number is the statement's
-    return CHECKPOINT_CTES, [run_id, *(values[n] for n in CHECKPOINT_COLUMNS),
-                             run_id, kind, json.dumps(data), now]
+    return [run_id, *(values[n] for n in CHECKPOINT_COLUMNS), run_id, kind, json.dumps(data),
+            now]
 
 
 def _sql_value(name, value):

@@ -1,0 +1,87 @@
+"""What a worker tree costs, counted: its processes' memory (PSS, the kernel's own count
+in /proc/PID/smaps_rollup: pages shared copy-on-write between the main and its worker
+are counted once, split between them) and its worker's threads, idle and holding many
+runs that wait on a tool.
+
+The bounds are today's figures with room for noise (docs/workers.md, "What a tree
+costs"): a change that adds a thread per run (a LeaseRenewer per run was one), a support
+process, or kilobytes per waiting run fails here. Measured on PostgreSQL, where a
+worker's run threads share a pool of connections (SQLite keeps one per thread).
+"""
+
+import os
+
+import pytest
+
+from runs import services
+from runs.models import Run
+from tests.support.processes import wait_until
+
+pytestmark = pytest.mark.skipif(
+    not os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")),
+    reason="the run threads' pooled connections are PostgreSQL's")
+
+FIRST, MORE = 50, 250
+# Measured on the bench machine (Python 3.11, Django 5.2): an idle tree 60-75 MiB (the
+# main and one worker, most of it shared), 55-60 KiB more per waiting run (its thread's
+# C and Python stacks, ~20 KiB, and the engine's session).
+IDLE_TREE_MIB = 96
+PER_WAITING_RUN_KIB = 96
+# The worker's own threads besides its runs': the main thread, the lease keeper,
+# watch-main, the pool's scheduler and workers, a shutdown timer.
+SUPPORT_THREADS = 10
+
+
+def pss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/smaps_rollup") as rollup:
+        for line in rollup:
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no Pss line for {pid}")
+
+
+def threads(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no Threads line for {pid}")
+
+
+def tree_pss_kib(cluster) -> int:
+    return sum(pss_kib(pid) for pid in cluster.all_pids())
+
+
+def hold(cluster, worker: int, count: int) -> list[str]:
+    """Launch `count` runs whose tool waits 10 s (a model call) and wait until the worker
+    holds them all: then nearly all of them wait in their tool."""
+    run_ids = [services.run_launch(user=None, agent="ticker",
+                                   inputs={"steps": 10000, "delay": 10}).id
+               for _ in range(count)]
+    wait_until(lambda: Run.objects.filter(pk__in=run_ids, lease_owner__contains=f":{worker}:")
+               .count() == count, 120, interval=0.2,
+               message=f"all {count} runs held by the one worker process")
+    return run_ids
+
+
+def test_a_tree_and_its_waiting_runs_cost_bounded_memory_and_a_thread_each(start_cluster):
+    cluster = start_cluster(workers=1, AGENTOPS_RUNS_PER_WORKER=FIRST + MORE + 10,
+                            AGENTOPS_WORKER_DB_POOL=4)
+    [worker] = cluster.worker_pids()
+    assert len(cluster.all_pids()) == 2, "a tree of one worker is two processes"
+    idle_kib = tree_pss_kib(cluster)
+    assert idle_kib <= IDLE_TREE_MIB * 1024, f"idle tree: {idle_kib / 1024:.1f} MiB"
+
+    # A first batch warms the worker up (its pool's threads and connections, the engine's
+    # code paths run once); the second one's cost is each waiting run's own.
+    hold(cluster, worker, FIRST)
+    first_kib, first_threads = tree_pss_kib(cluster), threads(worker)
+    assert first_threads <= FIRST + SUPPORT_THREADS, first_threads
+    hold(cluster, worker, MORE)
+    more_threads = threads(worker) - first_threads
+    per_run_kib = (tree_pss_kib(cluster) - first_kib) / MORE
+    print(f"idle tree {idle_kib / 1024:.1f} MiB; {FIRST} waiting runs "
+          f"{(first_kib - idle_kib) / 1024:.1f} MiB more, {first_threads} threads; "
+          f"{MORE} more: {per_run_kib:.1f} KiB and {more_threads} threads each")
+    assert more_threads <= MORE, f"{more_threads} threads for {MORE} more waiting runs"
+    assert per_run_kib <= PER_WAITING_RUN_KIB, f"{per_run_kib:.1f} KiB per waiting run"

@@ -51,7 +51,11 @@ from runs.durable.serde import decode_state
 
 from .agents_for_tests import ANSWER_SCHEMA, REG, REG_V2, WORLD, SimulatedCrash
 
-LEASE = 2.0
+# A worker's lease in the contract. The tests end it by moving the clock past it
+# (clock.advance(LEASE + 1)), never by waiting, so it is long: a lease of 2 s ran out in
+# real time on a loaded machine (load average 57) between a simulated crash and the
+# check that the dead worker's lease still holds, and failed that check.
+LEASE = 60.0
 _real_time = time.time
 
 
@@ -1370,7 +1374,7 @@ class StoreContract:
         clock.advance(10)
         assert self.execute(store, run.id) == Outcome.SUCCEEDED
         [resume] = WORLD.resumes
-        assert 10 <= resume["suspended_for"] < 20
+        assert LEASE + 11 <= resume["suspended_for"] < LEASE + 21
         assert resume["i"] == 0  # checkpoint_every=10: the start checkpoint
         assert store.load(run.id).run.output == {"out": ["v1:1", "v1:2", "v1:3", "v1:4"],
                                                  "resumed": 1}

@@ -29,7 +29,7 @@ from .agents_versions import (
     REG_V3,
 )
 from .agents_versions_tweak import REG_TWEAKED
-from .contract import wait_until, worker
+from .contract import LEASE, wait_until, worker
 
 
 def fingerprint(registry) -> str:
@@ -259,7 +259,7 @@ class VersionsContract:
         with pytest.raises(SimulatedCrash):
             self.execute(store, run.id, registry=REG_PATCHED)
         assert store.load(run.id).run.agent_version == "4"
-        clock.advance(10)
+        clock.advance(LEASE + 1)  # past the crashed worker's lease
         assert self.execute(store, run.id, registry=REG_PATCHED) == Outcome.SUCCEEDED
         self.assert_each_unit_once(6)
         # only the step that ran on v4 audited, once, and recorded its marker

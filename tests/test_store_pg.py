@@ -278,3 +278,22 @@ def test_an_effects_commit_statement_is_built_once_per_shape(claimed, statements
                 .values_list("seq", "data"))
     assert [data for _, data in seqs] == [{"seq": 0}, {"seq": 1}, {"seq": 2}]
     assert [seq for seq, _ in seqs] == [2, 3, 4]  # numbered on from the launch's
+
+
+def test_a_threads_statements_share_a_cursor_until_its_connection_changes(claimed):
+    """PgStore keeps one cursor per thread on Django's connection (making one per
+    statement was a fifth of a commit's client work); a connection Django closed and
+    opened again gets a cursor of its own, and the next commit goes through it."""
+    store, run_id, epoch = claimed
+    store.commit(run_id, epoch, r.Commit(run=r.RunChanges(step_no=1)))
+    kept = getattr(store_pg._kept, "cursor", None)
+    store.commit(run_id, epoch, r.Commit(run=r.RunChanges(step_no=2)))
+    if ON_POSTGRESQL:
+        assert kept is not None and store_pg._kept.cursor is kept
+        assert kept.connection is connection.connection
+    connection.close()
+    store.commit(run_id, epoch, r.Commit(run=r.RunChanges(step_no=3)))
+    if ON_POSTGRESQL:
+        assert store_pg._kept.cursor is not kept
+        assert store_pg._kept.cursor.connection is connection.connection
+    assert Run.objects.get(pk=run_id).step_no == 3

@@ -273,6 +273,9 @@ def test_an_effects_commit_statement_is_built_once_per_shape(claimed, statements
     if ON_POSTGRESQL:
         assert store_pg._statement.cache_info().misses == built
         assert statements[-1] is statements[-2] is statements[-3]
+        # its result's columns are read once per statement text, not from every result
+        assert store_pg._COLUMN_NAMES[statements[-1]] == (
+            "epoch", "event_seq", "control", "agent", "number")
     assert [e.result for e in store.load(run_id).effects] == [0, 1, 2]
     seqs = list(RunEvent.objects.filter(run_id=run_id, kind="effect")
                 .values_list("seq", "data"))

@@ -27,7 +27,6 @@ from typing import NamedTuple
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
-from psycopg.rows import dict_row
 
 from runs.durable import claimable, clock, events, serde
 from runs.durable import records as r
@@ -305,7 +304,8 @@ def execute(sql: str, params: list, *, prepare: bool) -> dict | None:
     with db.wrap_database_errors:
         cursor = _kept_cursor(conn)
         cursor.execute(sql, params, prepare=prepare)
-        return cursor.fetchone()
+        row = cursor.fetchone()
+        return None if row is None else dict(zip(_column_names(sql, cursor), row))
 
 
 _kept = threading.local()
@@ -318,8 +318,22 @@ def _kept_cursor(conn: psycopg.Connection) -> psycopg.Cursor:
     on a connection Django replaced is dropped with it."""
     cursor = getattr(_kept, "cursor", None)
     if cursor is None or cursor.connection is not conn or cursor.closed:
-        cursor = _kept.cursor = psycopg.Cursor(conn, row_factory=dict_row)
+        cursor = _kept.cursor = psycopg.Cursor(conn)
     return cursor
+
+
+_COLUMN_NAMES: dict[str, tuple[str, ...]] = {}  # by statement text: the few shapes recur
+
+
+def _column_names(sql: str, cursor: psycopg.Cursor) -> tuple[str, ...]:
+    """The result's column names of `sql`, read once per statement text: a dict row
+    factory reads them from every result (12 of 84 us of CPU per statement, measured)."""
+    names = _COLUMN_NAMES.get(sql)
+    if names is None:
+        if len(_COLUMN_NAMES) >= 1024:  # many shapes (large parallel groups): start over
+            _COLUMN_NAMES.clear()
+        names = _COLUMN_NAMES[sql] = tuple(column.name for column in cursor.description)
+    return names
 
 
 def _run_cte(shape: CommitShape) -> str:

@@ -13,7 +13,7 @@ from runs.durable import records as r
 from runs.durable.errors import FencedError
 from runs.durable.faults import InjectedFault, faults
 from runs.models import Checkpoint, Run, RunEvent
-from runs.storage import database_store
+from runs.storage import database_store, pg_statements
 from runs.storage import pg as store_pg
 from tests.durable.agents_for_tests import REG
 
@@ -274,7 +274,7 @@ def test_an_effects_commit_statement_is_built_once_per_shape(claimed, statements
         assert store_pg._statement.cache_info().misses == built
         assert statements[-1] is statements[-2] is statements[-3]
         # its result's columns are read once per statement text, not from every result
-        assert store_pg._COLUMN_NAMES[statements[-1]] == (
+        assert pg_statements._COLUMN_NAMES[statements[-1]] == (
             "epoch", "event_seq", "control", "agent", "number")
     assert [e.result for e in store.load(run_id).effects] == [0, 1, 2]
     seqs = list(RunEvent.objects.filter(run_id=run_id, kind="effect")
@@ -289,14 +289,14 @@ def test_a_threads_statements_share_a_cursor_until_its_connection_changes(claime
     opened again gets a cursor of its own, and the next commit goes through it."""
     store, run_id, epoch = claimed
     store.commit(run_id, epoch, r.Commit(run=r.RunChanges(step_no=1)))
-    kept = getattr(store_pg._kept, "cursor", None)
+    kept = getattr(pg_statements._kept, "cursor", None)
     store.commit(run_id, epoch, r.Commit(run=r.RunChanges(step_no=2)))
     if ON_POSTGRESQL:
-        assert kept is not None and store_pg._kept.cursor is kept
+        assert kept is not None and pg_statements._kept.cursor is kept
         assert kept.connection is connection.connection
     connection.close()
     store.commit(run_id, epoch, r.Commit(run=r.RunChanges(step_no=3)))
     if ON_POSTGRESQL:
-        assert store_pg._kept.cursor is not kept
-        assert store_pg._kept.cursor.connection is connection.connection
+        assert pg_statements._kept.cursor is not kept
+        assert pg_statements._kept.cursor.connection is connection.connection
     assert Run.objects.get(pk=run_id).step_no == 3

@@ -21,12 +21,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import threading
 from datetime import datetime
 from typing import NamedTuple
 
-import psycopg
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db import connection, transaction
 
 from runs.durable import claimable, clock, events, serde
 from runs.durable import records as r
@@ -38,12 +36,12 @@ from runs.storage import columns
 from runs.storage.columns import sql_type, to_dt
 from runs.storage.commits import waits_for_input
 from runs.storage.orm import OrmStore, new_run_row, patch_bases, run_record
+from runs.storage.pg_statements import execute
 
 # The run fields a worker's commit sets in the one statement: what a session writes as a
 # run goes (not the code it moves to: that commit is rare, and takes OrmStore's path).
 WORKER_RUN_FIELDS = frozenset(f.name for f in dataclasses.fields(r.RunChanges)) - {
     "code_fingerprint", "version_refused"}
-ONLY_WHEN_ASKED = 1 << 30  # a prepare_threshold that no statement count reaches
 CHECKPOINT_FAULT = "after_checkpoint_before_event"
 
 EFFECT_ROW = "(" + ", ".join(f"%s::{sql_type(Effect, n)}" for n in columns.EFFECT_FIELDS) + ")"
@@ -282,58 +280,6 @@ def _statement(shape: CommitShape) -> str:
     number = "(SELECT number FROM cp)" if shape.checkpoint else "NULL::integer"
     return (f"WITH {', '.join(ctes)} SELECT epoch, event_seq, control, agent, "
             f"{number} AS number FROM run")
-
-
-def execute(sql: str, params: list, *, prepare: bool) -> dict | None:
-    """Run `sql` on Django's own connection, server-side bound, and prepared if `prepare`;
-    its first row, as a dict by column name.
-
-    Django binds client-side and opens its connections with prepared statements
-    switched off (prepare_threshold=None, for transaction-mode poolers), which makes
-    psycopg ignore even an explicit prepare=True: the statement was parsed and planned
-    on every commit, half of its cost (1.4 ms against 0.7 ms, measured). A threshold
-    no statement reaches turns preparing on for the statements asked for here only;
-    Django's client-side cursors never prepare whatever the threshold. Unprepared, the
-    statement is sent unnamed, which a pooler in transaction mode passes on as it is.
-    """
-    db = connections[DEFAULT_DB_ALIAS]  # the proxy `connection` looks it up on every use
-    db.ensure_connection()
-    conn = db.connection
-    if prepare and conn.prepare_threshold is None:
-        conn.prepare_threshold = ONLY_WHEN_ASKED
-    with db.wrap_database_errors:
-        cursor = _kept_cursor(conn)
-        cursor.execute(sql, params, prepare=prepare)
-        row = cursor.fetchone()
-        return None if row is None else dict(zip(_column_names(sql, cursor), row))
-
-
-_kept = threading.local()
-
-
-def _kept_cursor(conn: psycopg.Connection) -> psycopg.Cursor:
-    """This thread's cursor on `conn`, made once per connection: making one per statement
-    (its adapters and row maker) was a fifth of the client's work of a commit (113 against
-    88 us of CPU, measured). Django's connections are per thread, so is the cursor; one
-    on a connection Django replaced is dropped with it."""
-    cursor = getattr(_kept, "cursor", None)
-    if cursor is None or cursor.connection is not conn or cursor.closed:
-        cursor = _kept.cursor = psycopg.Cursor(conn)
-    return cursor
-
-
-_COLUMN_NAMES: dict[str, tuple[str, ...]] = {}  # by statement text: the few shapes recur
-
-
-def _column_names(sql: str, cursor: psycopg.Cursor) -> tuple[str, ...]:
-    """The result's column names of `sql`, read once per statement text: a dict row
-    factory reads them from every result (12 of 84 us of CPU per statement, measured)."""
-    names = _COLUMN_NAMES.get(sql)
-    if names is None:
-        if len(_COLUMN_NAMES) >= 1024:  # many shapes (large parallel groups): start over
-            _COLUMN_NAMES.clear()
-        names = _COLUMN_NAMES[sql] = tuple(column.name for column in cursor.description)
-    return names
 
 
 def _run_cte(shape: CommitShape) -> str:

@@ -9,17 +9,14 @@ process, or kilobytes per waiting run fails here. Measured on PostgreSQL, where 
 worker's run threads share a pool of connections (SQLite keeps one per thread).
 """
 
-import os
 
-import pytest
 
 from runs import services
 from runs.models import Run
 from tests.support.processes import wait_until
 
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")),
-    reason="the run threads' pooled connections are PostgreSQL's")
+# tests/cluster runs on PostgreSQL + Redis only (tests/conftest.py): the run threads'
+# pooled connections are PostgreSQL's.
 
 FIRST, MORE = 50, 250
 # Measured on the bench machine (Python 3.11, Django 5.2): an idle tree 60-75 MiB (the

@@ -100,25 +100,28 @@ def effect_record(values: Mapping[str, Any]) -> r.EffectRecord:
     return r.EffectRecord(**record)
 
 
-def effect_values(record: r.EffectRecord) -> dict:
-    """The Effect columns of a record, by name, as the model holds them."""
-    values = {name: getattr(record, name) for name in EFFECT_FIELDS}
-    for name in EFFECT_TIMES:
-        values[name] = to_dt(values[name] or None)
-    return values
-
-
 _EFFECT_COLUMNS = attrgetter(*EFFECT_FIELDS)
 _EFFECT_TIMES_AT = tuple(i for i, name in enumerate(EFFECT_FIELDS) if name in EFFECT_TIMES)
 _EFFECT_JSON_AT = tuple(i for i, name in enumerate(EFFECT_FIELDS) if name in EFFECT_JSON)
 
 
-def effect_params(record: r.EffectRecord) -> list:
-    """effect_values as a statement's parameters, in EFFECT_FIELDS' order, its JSON as
-    text: what an effect's commit sends (runs/storage/pg.py), built without a dict."""
+def _effect_columns(record: r.EffectRecord) -> list:
+    """The Effect columns of a record, in EFFECT_FIELDS' order, as the model holds them."""
     values = list(_EFFECT_COLUMNS(record))
     for i in _EFFECT_TIMES_AT:
         values[i] = to_dt(values[i] or None)
+    return values
+
+
+def effect_values(record: r.EffectRecord) -> dict:
+    """The Effect columns of a record, by name, as the model holds them."""
+    return dict(zip(EFFECT_FIELDS, _effect_columns(record)))
+
+
+def effect_params(record: r.EffectRecord) -> list:
+    """effect_values as a statement's parameters, in EFFECT_FIELDS' order, its JSON as
+    text: what an effect's commit sends (runs/storage/pg.py), built without a dict."""
+    values = _effect_columns(record)
     for i in _EFFECT_JSON_AT:
         if values[i] is not None:
             values[i] = json.dumps(values[i])

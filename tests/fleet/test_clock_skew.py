@@ -24,6 +24,11 @@ from tests.support.processes import ROOT
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 HOUR = 3600.0
+# Leases of 30 s, not the fleet's 2: a live worker starved of CPU for 2 s on a loaded
+# machine lost its lease (CI: "lease lost to a newer owner"), which this test must tell
+# apart from a skew. An hour's skew still dwarfs the lease: on its own clock, the host
+# ahead would find every lease 3,570 s out, and the host behind would write them out.
+LEASE_SECONDS = 30
 STEPS = 4
 SLEEP = 1.5  # past INLINE_SLEEP_SECONDS: a durable timer, the run gives its worker up
 SKEWED = ROOT / "tests" / "support" / "skewed_clock"
@@ -52,7 +57,8 @@ def test_hosts_an_hour_apart_agree_on_leases_and_timers(fleet):
     ahead, behind = fleet.hosts
     trees = fleet.start_all({ahead.hostname: {"AGENTOPS_TEST_CLOCK_SKEW": HOUR},
                              behind.hostname: {"AGENTOPS_TEST_CLOCK_SKEW": -HOUR}},
-                            AGENTOPS_RUNS_PER_WORKER=4, PYTHONPATH=f"{SKEWED}:{ROOT}")
+                            AGENTOPS_RUNS_PER_WORKER=4, AGENTOPS_LEASE_SECONDS=LEASE_SECONDS,
+                            PYTHONPATH=f"{SKEWED}:{ROOT}")
     run_ids = fleet.launch(4, steps=STEPS, delay=0.1, sleep=SLEEP)
     # four runs of four units with 1.5 s timers between them, moving from host to host
     assert_each_unit_once(run_ids, STEPS, timeout=60)

@@ -1,7 +1,7 @@
-"""What a worker tree costs, counted: its processes' memory (PSS, the kernel's own count
-in /proc/PID/smaps_rollup: pages shared copy-on-write between the main and its worker
-are counted once, split between them) and its worker's threads, idle and holding many
-runs that wait on a tool.
+"""What a worker tree costs, counted: its processes' memory (PSS, the kernel's own count,
+which psutil reads from /proc/PID/smaps_rollup: pages shared copy-on-write between the
+main and its worker are counted once, split between them) and its worker's threads, idle
+and holding many runs that wait on a tool.
 
 The bounds are today's figures with room for noise (docs/workers.md, "What a tree
 costs"): a change that adds a thread per run (a LeaseRenewer per run was one), a support
@@ -9,7 +9,7 @@ process, or kilobytes per waiting run fails here. Measured on PostgreSQL, where 
 worker's run threads share a pool of connections (SQLite keeps one per thread).
 """
 
-
+import psutil
 
 from runs import services
 from runs.models import Run
@@ -29,24 +29,8 @@ PER_WAITING_RUN_KIB = 96
 SUPPORT_THREADS = 10
 
 
-def pss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/smaps_rollup") as rollup:
-        for line in rollup:
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    raise AssertionError(f"no Pss line for {pid}")
-
-
-def threads(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("Threads:"):
-                return int(line.split()[1])
-    raise AssertionError(f"no Threads line for {pid}")
-
-
 def tree_pss_kib(cluster) -> int:
-    return sum(pss_kib(pid) for pid in cluster.all_pids())
+    return sum(psutil.Process(pid).memory_full_info().pss for pid in cluster.all_pids()) // 1024
 
 
 def hold(cluster, worker: int, count: int) -> list[str]:
@@ -72,10 +56,10 @@ def test_a_tree_and_its_waiting_runs_cost_bounded_memory_and_a_thread_each(start
     # A first batch warms the worker up (its pool's threads and connections, the engine's
     # code paths run once); the second one's cost is each waiting run's own.
     hold(cluster, worker, FIRST)
-    first_kib, first_threads = tree_pss_kib(cluster), threads(worker)
+    first_kib, first_threads = tree_pss_kib(cluster), psutil.Process(worker).num_threads()
     assert first_threads <= FIRST + SUPPORT_THREADS, first_threads
     hold(cluster, worker, MORE)
-    more_threads = threads(worker) - first_threads
+    more_threads = psutil.Process(worker).num_threads() - first_threads
     per_run_kib = (tree_pss_kib(cluster) - first_kib) / MORE
     print(f"idle tree {idle_kib / 1024:.1f} MiB; {FIRST} waiting runs "
           f"{(first_kib - idle_kib) / 1024:.1f} MiB more, {first_threads} threads; "

@@ -9,7 +9,7 @@ import os
 import pytest
 
 import tests.workload_agents  # noqa: F401  (registers the agents tests launch)
-from tests.support.processes import Cluster, Server
+from tests.support.processes import Cluster, Server, process_env
 
 pytest_plugins = ["tests.timing"]  # wall and CPU per directory and slowest test, at the end
 
@@ -167,18 +167,22 @@ def faults_dir(tmp_path):
 
 
 class SharedServer:
-    """The Daphne of one test module, started when a test first asks for it and again
-    if a test stopped it (a restart under an open page)."""
+    """The Daphne of one test process, started when a test first asks for it, and again
+    if a test stopped it (a restart under an open page) or if the environment a Daphne
+    would get now differs from the one this one got (a module that sets a variable
+    "read by the Daphne started next", e.g. tests/operator/test_live_browser.py)."""
 
     def __init__(self, log_dir):
         self.log_dir = log_dir
         self.proc: Server | None = None
+        self.env: dict | None = None
 
     def get(self) -> Server:
-        if self.proc is None or not self.alive():
+        env = process_env()
+        if self.proc is None or self.env != env or not self.alive():
             if self.proc is not None:
                 self.proc.stop()
-            self.proc = Server(self.log_dir)
+            self.proc, self.env = Server(self.log_dir), env
         return self.proc
 
     def alive(self) -> bool:
@@ -189,20 +193,22 @@ class SharedServer:
             self.proc.stop()
 
 
-@pytest.fixture(scope="module")
-def _module_server(request, django_db_setup, tmp_path_factory):
+@pytest.fixture(scope="session")
+def _shared_server(django_db_setup, tmp_path_factory):
     """Daphne holds no state of a test's between requests (sessions, runs and users are
-    in the database, which each test flushes): a module's tests can share one process."""
+    in the database, which each test flushes): a test process's tests can share one.
+    Shared by module, the PostgreSQL pass of CI started some 30 Daphnes, each about 2
+    CPU-seconds and seconds of wall time before its first test."""
     shared = SharedServer(tmp_path_factory.mktemp("daphne"))
     yield shared
     shared.stop()
 
 
 @pytest.fixture
-def server(transactional_db, _module_server):
+def server(transactional_db, _shared_server):
     """A real Daphne serving the whole app (and the sandbox) on a free port, shared by
-    the module's tests; on the test database, flushed after each test."""
-    return _module_server.get()
+    the test process's tests; on the test database, flushed after each test."""
+    return _shared_server.get()
 
 
 @pytest.fixture

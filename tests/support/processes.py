@@ -63,6 +63,11 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05, message
 def process_env(**extra) -> dict:
     """The environment for a child process, pointed at the test database."""
     env = dict(os.environ)
+    # The browser fixture's leave for Playwright's event loop in this thread
+    # (tests/web/conftest.py): a server or worker must refuse async-unsafe calls as in
+    # production, and its environment must not depend on which module started it (the
+    # shared Daphne, tests/conftest.py).
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
     settings = connection.settings_dict
     if settings["ENGINE"].endswith("postgresql"):
         user = settings.get("USER") or "postgres"

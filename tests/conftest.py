@@ -179,6 +179,7 @@ class SharedServer:
 
     def get(self) -> Server:
         env = process_env()
+        env.pop("PYTEST_CURRENT_TEST", None)  # pytest's name of the test: new each test
         if self.proc is None or self.env != env or not self.alive():
             if self.proc is not None:
                 self.proc.stop()

@@ -43,7 +43,7 @@ SCHEMA = {
         "ALTER TABLE runs_checkpoint ADD PRIMARY KEY (run_id, id)",
         "ALTER TABLE runs_checkpoint ADD CONSTRAINT checkpoint_unique_number "
         "UNIQUE (run_id, number)",
-        "CREATE INDEX checkpoint_latest ON runs_checkpoint (run_id, branch, step_no DESC)"],
+        "CREATE INDEX checkpoint_latest ON runs_checkpoint (run_id, branch, step_no, number)"],
 }
 
 

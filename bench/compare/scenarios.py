@@ -101,20 +101,23 @@ def _dbos_span(url: str, workflow_ids: list[str], since: float) -> float:
 
 
 # --- 3 and 4: what a step stores ----------------------------------------------------------------
-def _marginal(run, tables: list[str], n: int, base: int) -> tuple[float, float]:
-    """(bytes a step stores, steps/s): the bytes of a run of base+n steps minus those of a
-    run of base steps, over n. What n more steps store, without what any run costs once
-    (its first snapshot, the first pages of each table and index in emptied tables: a
-    run row alone took 80 KiB, 410 B a step of a 200-step run)."""
+def _marginal(run, tables: list[str], n: int, base: int) -> tuple[float, float, float]:
+    """(bytes a step stores, steps/s, bytes a step of the tables' maps): the bytes of a run
+    of base+n steps minus those of a run of base steps, over n. What n more steps store,
+    without what any run costs once (its first snapshot, the first pages of each table and
+    index in emptied tables: a run row alone took 80 KiB, 410 B a step of a 200-step run).
+    The free-space and visibility maps, a table's and not its rows' (ours.table_bytes),
+    are measured apart and only shown."""
     from bench.compare import ours
 
-    sizes = []
+    sizes, maps = [], []
     for steps in (base, base + n):
         ours.truncate(tables)
-        before = ours.table_bytes(tables)
+        before = ours.table_bytes(tables), ours.table_bytes(tables, forks=("fsm", "vm"))
         elapsed = run(steps)
-        sizes.append(ours.table_bytes(tables) - before)
-    return (sizes[1] - sizes[0]) / n, (base + n) / elapsed
+        sizes.append(ours.table_bytes(tables) - before[0])
+        maps.append(ours.table_bytes(tables, forks=("fsm", "vm")) - before[1])
+    return (sizes[1] - sizes[0]) / n, (base + n) / elapsed, (maps[1] - maps[0]) / n
 
 
 # --- 3: growing state ---------------------------------------------------------------------------
@@ -124,13 +127,14 @@ def growing_state(b: Bench, lg) -> None:
     n, base = b.sizes.chat_steps, 2
 
     def rep(_):
-        ours_bytes, ours_rate = _marginal(
+        ours_bytes, ours_rate, ours_maps = _marginal(
             lambda k: ours.run_in_process("bench-chat", {"n": k})[1], list(ours.TABLES), n, base)
-        lg_bytes, lg_rate = _marginal(lg.run_chat, lg.table_names(), n, base)
+        lg_bytes, lg_rate, lg_maps = _marginal(lg.run_chat, lg.table_names(), n, base)
         return ({"ours_bytes": ours_bytes, "ours_rate": ours_rate, "lg_bytes": lg_bytes,
                  "lg_rate": lg_rate},
-                f"agentops {ours_rate:.0f} steps/s {ours_bytes:.0f} B/step; "
-                f"LangGraph {lg_rate:.0f} steps/s {lg_bytes:.0f} B/step")
+                f"agentops {ours_rate:.0f} steps/s {ours_bytes:.0f} B/step "
+                f"(maps {ours_maps:.0f}); "
+                f"LangGraph {lg_rate:.0f} steps/s {lg_bytes:.0f} B/step (maps {lg_maps:.0f})")
 
     s = b.repeat("3", rep)
     title = f"chat history +1 msg (~500 B) a step, {n} steps"
@@ -143,7 +147,7 @@ def growing_state(b: Bench, lg) -> None:
             "the message a step appends, as JSON"),
         Row("3", title, "stored bytes/step", "B", s["ours_bytes"], s["lg_bytes"], "LangGraph",
             0.5, False, "<= 0.5x LangGraph",
-            "pg_total_relation_size of the tables involved (heap, indexes, TOAST); "
+            "the tables' data (heap, indexes, TOAST; not their free-space maps); "
             "marginal: a run of 2+n steps minus one of 2"),
         Row("3", title, "steps/s", "/s", s["ours_rate"], s["lg_rate"], "LangGraph", 1.0, True,
             ">= 1x LangGraph", 'LangGraph: durability="sync", a checkpoint every step'),
@@ -157,14 +161,16 @@ def large_state(b: Bench, lg) -> None:
     n, chunks, base = b.sizes.big_steps, b.sizes.big_chunks, 2
 
     def rep(_):
-        ours_bytes, ours_rate = _marginal(
+        ours_bytes, ours_rate, ours_maps = _marginal(
             lambda k: ours.run_in_process("bench-bigstate", {"n": k, "chunks": chunks})[1],
             list(ours.TABLES), n, base)
-        lg_bytes, lg_rate = _marginal(lambda k: lg.run_big(k, chunks), lg.table_names(), n, base)
+        lg_bytes, lg_rate, lg_maps = _marginal(lambda k: lg.run_big(k, chunks),
+                                               lg.table_names(), n, base)
         return ({"ours_bytes": ours_bytes, "ours_rate": ours_rate, "lg_bytes": lg_bytes,
                  "lg_rate": lg_rate},
-                f"agentops {ours_bytes / 1024:.1f} KiB/step {ours_rate:.0f} steps/s; "
-                f"LangGraph {lg_bytes / 1024:.1f} KiB/step {lg_rate:.1f} steps/s")
+                f"agentops {ours_bytes / 1024:.1f} KiB/step (maps {ours_maps:.0f} B) "
+                f"{ours_rate:.0f} steps/s; LangGraph {lg_bytes / 1024:.1f} KiB/step "
+                f"(maps {lg_maps:.0f} B) {lg_rate:.1f} steps/s")
 
     s = b.repeat("4", rep)
     title = f"{chunks} KiB state, 1 KiB changes a step, {n} steps"

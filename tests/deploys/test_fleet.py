@@ -4,12 +4,14 @@ heartbeats has aged. No clock moves in these tests: the fleet's is frozen."""
 
 from __future__ import annotations
 
+import time
 import types
 
 import pytest
 
 from runs.durable import versions
 from runs.models import WorkerHeartbeat
+from runs.storage import clock
 from runs.worker import execute, fleet
 
 from .conftest import REG, REG_V2, handed_off, launch
@@ -17,9 +19,16 @@ from .conftest import REG, REG_V2, handed_off, launch
 
 @pytest.fixture
 def frozen_fleet(monkeypatch):
-    """The fleet's cache, empty, on a clock that never moves."""
+    """The fleet's cache, empty, on a clock that never moves; and the database clock's
+    offset measured once, on a clock that never moves either: its next measure, due 30 s
+    of this process's time after the last (runs/storage/clock.py), is a query of its own,
+    and a loaded CI counted it inside a test's one query."""
     monkeypatch.setattr(fleet, "_cache", {"at": -1e9, "live": None})
     monkeypatch.setattr(fleet, "time", types.SimpleNamespace(monotonic=lambda: 1000.0))
+    clock.offset()
+    measured = time.monotonic()
+    monkeypatch.setattr(clock, "time", types.SimpleNamespace(monotonic=lambda: measured,
+                                                             time=time.time))
 
 
 def tree(host: str, codes: dict) -> WorkerHeartbeat:

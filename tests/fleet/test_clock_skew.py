@@ -31,6 +31,11 @@ HOUR = 3600.0
 LEASE_SECONDS = 30
 STEPS = 4
 SLEEP = 1.5  # past INLINE_SLEEP_SECONDS: a durable timer, the run gives its worker up
+# One run at a time per host (each host's tree has one worker): four runs are more than
+# one host holds, so both hosts' clocks take part. With four a worker, one host could
+# hold every run and take each back at its timer before the other polled (CI, loaded:
+# every unit written by one host).
+RUNS_PER_WORKER = 1
 SKEWED = ROOT / "tests" / "support" / "skewed_clock"
 
 
@@ -57,7 +62,8 @@ def test_hosts_an_hour_apart_agree_on_leases_and_timers(fleet):
     ahead, behind = fleet.hosts
     trees = fleet.start_all({ahead.hostname: {"AGENTOPS_TEST_CLOCK_SKEW": HOUR},
                              behind.hostname: {"AGENTOPS_TEST_CLOCK_SKEW": -HOUR}},
-                            AGENTOPS_RUNS_PER_WORKER=4, AGENTOPS_LEASE_SECONDS=LEASE_SECONDS,
+                            AGENTOPS_RUNS_PER_WORKER=RUNS_PER_WORKER,
+                            AGENTOPS_LEASE_SECONDS=LEASE_SECONDS,
                             PYTHONPATH=f"{SKEWED}:{ROOT}")
     run_ids = fleet.launch(4, steps=STEPS, delay=0.1, sleep=SLEEP)
     # four runs of four units with 1.5 s timers between them, moving from host to host

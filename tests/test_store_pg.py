@@ -63,6 +63,9 @@ def test_a_step_checkpoint_commits_in_one_statement(claimed, statements):
             cursor.execute("SELECT count(*) FROM pg_prepared_statements "
                            "WHERE statement LIKE '%%INSERT INTO runs_checkpoint%%'")
             assert cursor.fetchone()[0] == 1
+        # and only while it is sent: a threshold left set counts every statement of the
+        # connection, and keeps the text of each of Django's (a new one at every value)
+        assert connection.connection.prepare_threshold is None
     else:
         assert statements == [] and len(django_queries) > 2
     assert (first.checkpoint_number, second.checkpoint_number) == (1, 2)

@@ -146,6 +146,24 @@ class Ticker(Agent):
         return Done({"ticks": state["i"]}) if state["i"] >= state["n"] else state
 
 
+@agent("one_long_call", version="1", input_schema={
+    "type": "object",
+    "properties": {
+        "seconds": {"type": "number", "minimum": 0, "maximum": 3600, "default": 600,
+                    "description": "how long the call takes"},
+    },
+})
+class OneLongCall(Agent):
+    """Makes one tool call that takes `seconds` (a slow model call), then ends: a run
+    that waits in its tool for as long as a test looks at it, without steps between."""
+
+    def start(self, inputs):
+        return {"seconds": inputs["seconds"]}
+
+    def step(self, ctx, state):
+        return Done({"waited": ctx.call(pause_for, state["seconds"])})
+
+
 @agent("ask", version="1", input_schema={
     "type": "object",
     "properties": {"question": {"type": "string", "default": "What is your name?"}},

@@ -20,18 +20,28 @@ def execute(sql: str, params: list, *, prepare: bool) -> dict | None:
     switched off (prepare_threshold=None, for transaction-mode poolers), which makes
     psycopg ignore even an explicit prepare=True: the statement was parsed and planned
     on every commit, half of its cost (1.4 ms against 0.7 ms, measured). A threshold
-    no statement reaches turns preparing on for the statements asked for here only;
-    Django's client-side cursors never prepare whatever the threshold. Unprepared, the
-    statement is sent unnamed, which a pooler in transaction mode passes on as it is.
+    no statement reaches turns preparing on for the statement asked for here, and only
+    while it is sent: with a threshold set, psycopg counts every statement of the
+    connection towards it, and Django's, their values written into the text, are each
+    a new one. It kept the last 100 texts of each connection, the lease keeper's
+    renewal of 300 runs among them at 10 KiB each: a worker holding 300 runs grew by
+    4 MiB in its first minute (tracemalloc), which tests/cluster/test_tree_memory.py
+    counted as the waiting runs'. Unprepared, the statement is sent unnamed, which a
+    pooler in transaction mode passes on as it is.
     """
     db = connections[DEFAULT_DB_ALIAS]  # the proxy `connection` looks it up on every use
     db.ensure_connection()
     conn = db.connection
-    if prepare and conn.prepare_threshold is None:
-        conn.prepare_threshold = ONLY_WHEN_ASKED
     with db.wrap_database_errors:
         cursor = _kept_cursor(conn)
-        cursor.execute(sql, params, prepare=prepare)
+        if prepare and conn.prepare_threshold is None:
+            conn.prepare_threshold = ONLY_WHEN_ASKED
+            try:
+                cursor.execute(sql, params, prepare=True)
+            finally:
+                conn.prepare_threshold = None
+        else:
+            cursor.execute(sql, params, prepare=prepare)
         row = cursor.fetchone()
         return None if row is None else dict(zip(_column_names(sql, cursor), row))
 

@@ -17,7 +17,7 @@ from runs.models import AuditEntry, Run
 from sandbox.models import Notification, Record
 from tests.agents.helpers import cluster_env
 from tests.support.processes import wait_until
-from tests.web.conftest import log_in, screenshot, wait_caught_up
+from tests.web.conftest import log_in, new_context, screenshot, wait_caught_up
 
 pytestmark = [pytest.mark.browser, pytest.mark.services]
 
@@ -50,7 +50,7 @@ def held(run_id: str, status: str, kind: str, timeout: float = RUN_WORK_SECONDS)
 
 def page_as(browser, server, username: str):
     """A page of a browser context of this user's own (a login per context)."""
-    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    context = new_context(browser, viewport={"width": 1360, "height": 900})
     context.set_default_timeout(20_000)
     page = context.new_page()
     log_in(page, server.url, username, f"{username}-pass-1")

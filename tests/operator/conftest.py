@@ -14,7 +14,13 @@ from runs.models import Run
 from runs.operator.groups import ensure_operators_group
 from tests.operator import agents
 from tests.support.processes import wait_until
-from tests.web.conftest import browser, log_in, sockets, wait_caught_up  # noqa: F401 (fixtures)
+from tests.web.conftest import (  # noqa: F401 (fixtures)
+    browser,
+    log_in,
+    new_context,
+    sockets,
+    wait_caught_up,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -132,7 +138,7 @@ def operator_page(server, users, browser):  # noqa: F811  (the fixture imported 
     own in the module's Chromium (tests/web/conftest.py: `browser`, which lets the test's
     ORM calls run beside Playwright's event loop in this thread)."""
     ensure_operators_group()
-    context = browser.new_context(viewport={"width": 1360, "height": 1000})
+    context = new_context(browser, viewport={"width": 1360, "height": 1000})
     context.set_default_timeout(20_000)
     page = context.new_page()
     log_in(page, server.url, "charlie", "charlie-pass-1")

@@ -17,7 +17,7 @@ from runs.models import Effect, Run
 from sandbox.models import LlmCall
 from tests.crash.helpers import holder_pid
 from tests.support.processes import wait_until
-from tests.web.conftest import log_in, screenshot, wait_caught_up
+from tests.web.conftest import log_in, new_context, screenshot, wait_caught_up
 
 # The runs' own work sets these tests' pace (a worker tree started by each, the assistant's
 # calls through the sandbox, an answer streamed a token at a time): pytest-timeout's cap
@@ -93,7 +93,7 @@ def test_a_page_reopened_mid_answer_shows_it_whole_each_character_once(
         users, server, start_cluster, browser):
     run = services.run_launch(user=users["alice"], agent="assistant",
                               inputs=assistant_inputs(server))
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    context = new_context(browser, viewport={"width": 1280, "height": 1000})
     context.set_default_timeout(20_000)
     context.add_init_script(RECORDER)
     log_in(context.new_page(), server.url, "alice", "alice-pass-1")
@@ -136,7 +136,7 @@ def test_a_worker_killed_mid_answer_shows_the_attempt_discarded_and_streams_it_a
         users, server, start_cluster, browser):
     run = services.run_launch(user=users["alice"], agent="assistant",
                               inputs=assistant_inputs(server))
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    context = new_context(browser, viewport={"width": 1280, "height": 1000})
     context.set_default_timeout(20_000)
     context.add_init_script(RECORDER)
     log_in(context.new_page(), server.url, "alice", "alice-pass-1")

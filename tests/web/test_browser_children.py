@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from runs.models import Run
-from tests.web.conftest import drive, log_in, screenshot, wait_caught_up
+from tests.web.conftest import drive, log_in, new_context, screenshot, wait_caught_up
 
 pytestmark = [pytest.mark.browser, pytest.mark.services]
 
@@ -19,7 +19,7 @@ def test_the_tree_on_the_run_page_follows_the_children(users, server, browser,
     parent = launch_and_drive("fan_out", {"children": 3, "cap": 2, "steps": 1, "delay": 0,
                                           "child": "ticker"})
     first, second = Run.objects.filter(parent=parent).order_by("created_at")
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    context = new_context(browser, viewport={"width": 1280, "height": 1000})
     page = context.new_page()
     errors = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))

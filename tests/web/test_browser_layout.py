@@ -21,6 +21,7 @@ from runs.operator.groups import ensure_operators_group
 from tests.web.conftest import (
     drive,
     log_in,
+    new_context,
     screenshot,
     wait_caught_up,
     wait_drawn,
@@ -123,7 +124,7 @@ def as_user(users, server, browser):
     contexts = []
 
     def open_page(name: str, width: int = 1280, expected=()):
-        context = browser.new_context(viewport={"width": width, "height": 900},
+        context = new_context(browser, viewport={"width": width, "height": 900},
                                       is_mobile=width < 500)
         context.set_default_timeout(20_000)
         contexts.append(context)
@@ -253,3 +254,23 @@ def test_the_run_page_event_kinds_fit_and_a_rollback_clears_the_rate(users, serv
     # paused on a branch that has not moved yet: no rate, no ETA
     assert (page.inner_text("#run-rate"), page.inner_text("#run-eta")) == ("—", "—")
     assert not console.problems, console.problems
+
+
+def test_a_page_moves_only_for_a_user_who_has_not_asked_for_less_motion(users, server, browser):
+    """The run list's live dot pulses, unless the user's system asks for less motion
+    (prefers-reduced-motion): then nothing on the page moves (static/css/app.css). Every
+    other browser test draws its pages so (tests/web/conftest.py, new_context)."""
+    moving = {}
+    for motion in ("no-preference", "reduce"):
+        context = new_context(browser, viewport={"width": 1280, "height": 900},
+                              reduced_motion=motion)
+        try:
+            page = context.new_page()
+            log_in(page, server.url, "alice", "alice-pass-1")
+            page.wait_for_selector(LIVE)
+            moving[motion] = page.evaluate(
+                "() => document.getAnimations().map((a) => a.animationName || 'a transition')")
+        finally:
+            context.close()
+    assert "pulse" in moving["no-preference"], moving
+    assert moving["reduce"] == [], moving

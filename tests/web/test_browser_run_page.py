@@ -18,7 +18,15 @@ import tests.web.lister_agent  # noqa: F401  (registers lister)
 from runs import services
 from runs.models import Run, RunEvent
 from tests.support.processes import wait_until
-from tests.web.conftest import head, log_in, screenshot, wait_caught_up, wait_drawn, wait_in_browser
+from tests.web.conftest import (
+    head,
+    log_in,
+    new_context,
+    screenshot,
+    wait_caught_up,
+    wait_drawn,
+    wait_in_browser,
+)
 from tests.web.test_stalls_shown import hold
 
 pytestmark = [pytest.mark.browser, pytest.mark.services]
@@ -50,7 +58,7 @@ def append_effect_event(run_id: str, step: int) -> None:
 def test_the_run_page_at_1280_px(users, server, browser, launch_and_drive):
     run = launch_and_drive("lister", {"fail_at": 14})  # checkpoints at steps 0, 5, 10
     assert (run.status, run.step_no) == ("failed", 10)
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = new_context(browser, viewport={"width": 1280, "height": 900})
     page = context.new_page()
     errors = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -86,7 +94,7 @@ def test_panels_made_stale_while_a_checkpoint_loads_are_not_dropped(
     drawn: the header says the run is cancelling, not still offer "Cancel run"."""
     run = launch_and_drive("lister", {"fail_at": 14})
     hold(run.pk)
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = new_context(browser, viewport={"width": 1280, "height": 900})
     page = context.new_page()
     log_in(page, server.url, "alice", "alice-pass-1")
     page.goto(f"{server.url}/runs/{run.pk}/")

@@ -146,6 +146,12 @@ class Ticker(Agent):
         return Done({"ticks": state["i"]}) if state["i"] >= state["n"] else state
 
 
+@tool
+def slow_call(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
 @agent("one_long_call", version="1", input_schema={
     "type": "object",
     "properties": {
@@ -155,13 +161,15 @@ class Ticker(Agent):
 })
 class OneLongCall(Agent):
     """Makes one tool call that takes `seconds` (a slow model call), then ends: a run
-    that waits in its tool for as long as a test looks at it, without steps between."""
+    that waits in its tool for as long as a test looks at it, without steps between.
+    The tool is not idempotent, so its intent is logged first: a test sees in the
+    database (an Effect in status intent) that the run has reached its call."""
 
     def start(self, inputs):
         return {"seconds": inputs["seconds"]}
 
     def step(self, ctx, state):
-        return Done({"waited": ctx.call(pause_for, state["seconds"])})
+        return Done({"waited": ctx.call(slow_call, state["seconds"])})
 
 
 @agent("ask", version="1", input_schema={

@@ -14,7 +14,8 @@ import signal
 import psutil
 
 from runs import services
-from runs.models import Run
+from runs.durable.effect import INTENT
+from runs.models import Effect
 from tests.support.processes import wait_until
 
 # tests/cluster runs on PostgreSQL + Redis only (tests/conftest.py): the run threads'
@@ -43,15 +44,23 @@ def hold(cluster, worker: int, count: int) -> list[str]:
     wait until the worker holds them all: then every one of them waits in its tool.
 
     A call that ended within the test (a ticker's 10 s, once) let the runs held first take
-    steps while a loaded machine launched the rest, and what a step leaves in the
-    allocator's arenas was counted as the waiting runs' (CI: 122 KiB a run, against 60
-    when none had stepped)."""
+    steps while a loaded machine launched the rest, and what their steps left behind was
+    counted as the waiting runs' (81 KiB a run with 25 s between the counts, against 61).
+    The rest of CI's 122 KiB was a cache of psycopg's that grew with time, fixed in
+    runs/storage/pg_statements.py.
+
+    Waited for until each run has logged its call's intent, not only until the worker
+    holds it: a run is held from its claim on, before its thread has loaded it and run
+    the engine's code once. Counted at the claims, a loaded CI run found the first 50
+    runs 7.3 MiB dearer than the idle tree and the next 250 at 125 KiB each: the first
+    runs' warming up was counted as the later ones'."""
     run_ids = [services.run_launch(user=None, agent="one_long_call",
                                    inputs={"seconds": HELD_SECONDS}).id
                for _ in range(count)]
-    wait_until(lambda: Run.objects.filter(pk__in=run_ids, lease_owner__contains=f":{worker}:")
+    wait_until(lambda: Effect.objects.filter(run_id__in=run_ids, status=INTENT,
+                                             worker__contains=f":{worker}:")
                .count() == count, 120, interval=0.2,
-               message=f"all {count} runs held by the one worker process")
+               message=f"all {count} runs in their call, in the one worker process")
     return run_ids
 
 

@@ -41,7 +41,8 @@ def tree_pss_kib(cluster) -> int:
 
 def hold(cluster, worker: int, count: int) -> list[str]:
     """Launch `count` runs whose one tool call outlasts the test (a slow model call) and
-    wait until the worker holds them all: then every one of them waits in its tool.
+    wait until each has logged its call's intent in the worker: then every one of them
+    waits in its tool.
 
     A call that ended within the test (a ticker's 10 s, once) let the runs held first take
     steps while a loaded machine launched the rest, and what their steps left behind was

@@ -117,7 +117,7 @@ def new_context(browser, **options):
     motion, as for a user who asks for less (static/css/app.css). The pages' endless
     animations (the live dot, a running run's badge and bar) otherwise keep Chromium
     drawing 60 frames a second for every open page: 0.16 of a core each, measured, on a
-    machine whose CI is CPU-bound. test_browser_motion.py checks both kinds of user."""
+    machine whose CI is CPU-bound. test_browser_layout.py checks both kinds of user."""
     options.setdefault("reduced_motion", "reduce")
     return browser.new_context(**options)
 

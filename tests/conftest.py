@@ -154,9 +154,20 @@ def pytest_collection_modifyitems(config, items):
     config.hook.pytest_deselected(items=elsewhere)
     processes = sum(placement(item) == "processes" for item in elsewhere)
     config.stash[_ELSEWHERE] = (processes, len(elsewhere) - processes)
+    if hasattr(config, "workeroutput"):  # a pytest-xdist worker: bin/test's default
+        config.workeroutput["elsewhere"] = config.stash[_ELSEWHERE]
 
 
 _ELSEWHERE = pytest.StashKey[tuple]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller collects nothing: each worker tells it what ran
+    elsewhere (they all collect the same tests), for the summary below."""
+    elsewhere = getattr(node, "workeroutput", {}).get("elsewhere")
+    if elsewhere:
+        node.config.stash[_ELSEWHERE] = tuple(elsewhere)
 
 
 def pytest_terminal_summary(terminalreporter, config):

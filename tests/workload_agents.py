@@ -42,6 +42,13 @@ def _post(path: str, payload: dict, headers: dict | None = None) -> dict:
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
         # No connection was made: the request cannot have reached the target.
         raise TransientToolError(f"{type(exc).__name__}: {exc}", reached_target=False) from exc
+    except httpx.TransportError as exc:
+        # Sent, perhaps acted on, no answer (the target stopped mid-request: tests/chaos's
+        # sandbox_outage): a non-idempotent call is then in doubt, not failed, as with the
+        # built-in tools (builtin_agents/tools/http.py). Raised as httpx's own error, the
+        # engine took it for the tool's word that the call failed, and a notification
+        # that had arrived ended its run failed (chaos, CI).
+        raise TransientToolError(f"{type(exc).__name__}: {exc}") from exc
     response.raise_for_status()
     return response.json()
 

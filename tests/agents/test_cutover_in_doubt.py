@@ -9,8 +9,6 @@ a server that reads the whole request, keeps it, and closes without an answer.
 import json
 import math
 import os
-import socket
-import threading
 
 import httpx
 import pytest
@@ -20,44 +18,9 @@ from builtin_agents.tools import http
 from runs.durable import AgentRegistry, Outcome, WorkerConfig, control, execute_run
 from runs.operator import selectors
 from runs.storage import database_store
+from tests.support.dropping_server import DroppingServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class DroppingServer:
-    """Accepts each connection, reads one request whole, closes without answering."""
-
-    def __init__(self):
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.requests: list[bytes] = []
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return  # closed
-            with conn:
-                self.requests.append(_read_request(conn))
-
-    def close(self):
-        self.sock.close()
-        self.thread.join(5)
-
-
-def _read_request(conn: socket.socket) -> bytes:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        data += conn.recv(65536)
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length:")))
-    while len(body) < length:
-        body += conn.recv(65536)
-    return body
 
 
 class NotificationsTo(httpx.BaseTransport):

@@ -30,17 +30,18 @@ collect_ignore = (["test_store_contract_orm.py"] if ON_POSTGRESQL
 # Rows that migrate's post_migrate makes (content types, permissions) and that no test
 # changes: a flush between transactional tests keeps them, and does not send
 # post_migrate to make them again. Sent after each of the ~690 transactional tests of
-# CI's PostgreSQL pass, it was 163 queries, there to recreate the same rows. The project's own
-# post_migrate receiver (runs/operator/groups.py: the Operators group) stays connected,
-# so the group is back after each flush as in production after a migrate.
+# CI's PostgreSQL pass, it was 163 queries, there to recreate the same rows. The
+# project's own post_migrate receiver (runs/operator/groups.py: the Operators group)
+# stays connected, so the group is back after each flush as after a migrate.
 KEPT_THROUGH_FLUSH = frozenset({"django_content_type", "auth_permission"})
 
 
 def _flush_lighter() -> None:
     """Each backend's flush, without the tables in KEPT_THROUGH_FLUSH. On PostgreSQL
-    also DELETE instead of TRUNCATE: Django's flush truncates every table, and a TRUNCATE of some 70 tables makes and syncs new files for each of
-    them and its indexes (the biggest single cost of the PostgreSQL pass, the statement
-    most often seen running). The tables hold a test's few rows; the foreign keys
+    also DELETE instead of TRUNCATE: Django's flush truncates every table, and a
+    TRUNCATE of some 70 tables makes and syncs new files for each of them and its
+    indexes (the biggest single cost of the PostgreSQL pass, the statement most often
+    seen running). The tables hold a test's few rows; the foreign keys
     Django makes are deferred to the commit of the flush's transaction, so the order of
     the deletes does not matter. Only this test process flushes: the processes a test
     starts keep the real backend. Measured on an idle server, a flush took 83 ms of

@@ -11,7 +11,11 @@ the store's calls against one-statement prototypes that write the same rows.
    runs/storage/pg.py now claims so (with the plan fixes its comments explain); the
    store's load() is still three SELECTs.
 
-Both are implemented now: "today" below is the store as it is, so the ratios only
+3. An effect's commit, server side: the store's statement against the same statement
+   without its event row, without its ON CONFLICT, without both, and the floor (issue 32's no-op
+   row: what each part costs before anyone removes it).
+
+1 and 2 are implemented now: "today" below is the store as it is, so the ratios only
 show what is left. bench/results/profile.txt keeps the figures from before.
 Blocks of the two variants alternate; medians are printed.
 """
@@ -189,7 +193,93 @@ def effect_indexes() -> None:
           f"without {b * 1e3:.3f} ms ({(a - b) / a * 100:.0f}% of the statement)")
 
 
+def effect_statement_parts(effects: int = 1000, rounds: int = 6) -> None:
+    """What the parts of a no-op effect's commit cost on the server: the statement the
+    store sends (run row, effect row, event row), the same without its event row, the same
+    with a plain INSERT for the effect (no ON CONFLICT: a new idempotent call has no
+    intent row to update), and the floor. The statements are those of a real run of
+    `effects` no-op effects, captured as PgStore sends them and sent again from a bare
+    psycopg connection (autocommit, prepared), so the client's own work is left out; the
+    run's effects and events are deleted and the tables vacuumed before each block."""
+    import re
+
+    import psycopg
+    from django.db import connection
+
+    from bench.compare import ours
+    from runs.storage import pg
+
+    captured = []
+    send = pg.execute  # wrapped for one run: the bench reads what the store sends
+
+    def spy(sql, params, prepare=False):
+        if sql.startswith("WITH run AS (UPDATE") and " eff AS " in sql:
+            captured.append((sql, list(params)))
+        return send(sql, params, prepare=prepare)
+
+    pg.execute = spy
+    try:
+        run_id, _ = ours.run_in_process("bench-effects", {"n": effects})
+    finally:
+        pg.execute = send
+    sql = captured[0][0]
+    if any(s != sql for s, _ in captured):
+        raise RuntimeError("the effects' commits took more than one statement shape")
+    events_from, events_to = sql.index(", ev AS ("), sql.index(" SELECT epoch, event_seq")
+    event_params = 5  # run_id, created_at, and the event's (ord, kind, data): _events_params
+    no_event = sql[:events_from] + sql[events_to:]
+    upsert = r" ON CONFLICT \(run_id, branch, step_no, seq\) DO UPDATE SET [^)]*\)"
+    no_upsert, neither = re.sub(upsert, ")", sql), re.sub(upsert, ")", no_event)
+    variants = {
+        "the store's statement": lambda p: (sql, p),
+        "without its event row": lambda p: (no_event, p[:-event_params]),
+        "a plain INSERT of the effect": lambda p: (no_upsert, p),
+        "both": lambda p: (neither, p[:-event_params]),
+    }
+    db = connection.settings_dict
+    with psycopg.connect(dbname=db["NAME"], user=db["USER"], password=db["PASSWORD"],
+                         host=db["HOST"], port=db["PORT"] or None, autocommit=True,
+                         prepare_threshold=0) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, v text)")
+        first = conn.execute("SELECT min(seq) - 1 FROM runs_runevent WHERE run_id = %s "
+                             "AND kind = 'effect'", [run_id]).fetchone()[0]
+
+        def reset():
+            conn.execute("DELETE FROM runs_effect WHERE run_id = %s", [run_id])
+            conn.execute("DELETE FROM runs_runevent WHERE run_id = %s AND seq > %s",
+                         [run_id, first])
+            conn.execute("UPDATE runs_run SET event_seq = %s WHERE id = %s", [first, run_id])
+            conn.execute("TRUNCATE bench_floor")
+            for table in ("runs_effect", "runs_runevent", "runs_run", "bench_floor"):
+                conn.execute(f"VACUUM {table}")
+
+        times = {name: [] for name in [*variants, "floor"]}
+        for _ in range(rounds):
+            for name in times:
+                reset()
+                start = time.perf_counter()
+                if name == "floor":
+                    for _ in range(effects):
+                        conn.execute("INSERT INTO bench_floor (v) VALUES (%s)", ["x" * 40])
+                else:
+                    for _, p in captured:
+                        text, params = variants[name](p)
+                        if conn.execute(text, params).fetchone() is None:
+                            raise RuntimeError("a captured commit was fenced off")
+                times[name].append((time.perf_counter() - start) / effects)
+        reset()
+        conn.execute("DROP TABLE bench_floor")
+    floor = statistics.median(times["floor"])
+    print(f"a no-op effect's commit, server and round trip only ({effects} effects, "
+          f"median of {rounds} blocks):")
+    for name, values in times.items():
+        median = statistics.median(values)
+        print(f"  {name:30s} {median * 1e3:.3f} ms  [{min(values) * 1e3:.3f}-"
+              f"{max(values) * 1e3:.3f}]  {median / floor:.2f}x the floor")
+
+
 def main() -> None:
     checkpoint_commit()
     claim_and_load()
     effect_indexes()
+    effect_statement_parts()

@@ -16,6 +16,7 @@ the tools only have to say which is which:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -111,15 +112,25 @@ def request(method: str, url: str, *, idempotency_key: str | None = None,
     if idempotency_key:
         headers["Idempotency-Key"] = idempotency_key
         headers.update(downstream_headers())
-    try:
+    with transport_errors(url):
         response = client().request(method, url, headers=headers, **kwargs)
+    check(response)
+    return response
+
+
+@contextlib.contextmanager
+def transport_errors(url: str):
+    """httpx's transport errors as the engine's: a connection never made did not reach
+    the target (safe to send again); any other error came after the request was sent,
+    perhaps acted on, with no answer, so a non-idempotent call is in doubt. Raised as
+    httpx's own, the engine takes an error for the tool's word that the call failed."""
+    try:
+        yield
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
         raise TransientToolError(f"cannot connect to {url}: {exc}",
                                  reached_target=False) from exc
-    except httpx.TransportError as exc:  # sent, perhaps acted on, no answer
+    except httpx.TransportError as exc:
         raise TransientToolError(f"{type(exc).__name__} from {url}: {exc}") from exc
-    check(response)
-    return response
 
 
 def check(response: httpx.Response) -> None:

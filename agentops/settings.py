@@ -144,6 +144,11 @@ if DATABASE_URL:
             "keepalives_count": 3,
         }
         if env_bool("AGENTOPS_DB_POOL") and sys.argv[1:2] != ["worker"]:
+            # The engine checks each connection as it leaves the pool, and all the idle
+            # ones at the first dead one; the pool's own check (CONN_HEALTH_CHECKS) would
+            # sleep 1 s, 2 s, 4 s... after each dead one (agentops/pooled_postgresql).
+            DATABASES["default"]["ENGINE"] = "agentops.pooled_postgresql"
+            DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
             # a request waits this long for a connection, then gets a 503 (runs/web/middleware.py)
             DATABASES["default"]["OPTIONS"]["pool"] = {
                 "min_size": 2, "max_size": 20,

@@ -1,7 +1,7 @@
 """A request that meets a database fault gets a 503 that says so, never a 500.
 
-Connections are checked before a request uses them (CONN_HEALTH_CHECKS, and the
-pool's check), so a terminated connection or a restarted database costs a
+Connections are checked before a request uses them (CONN_HEALTH_CHECKS, or the
+pooled engine's check: agentops/pooled_postgresql), so a terminated connection or a restarted database costs a
 request nothing once a new connection can be had. What is left is a request
 in flight at the moment of the fault, or one made while the database is down:
 it is told to come back (Retry-After; a page reloads by itself).

@@ -13,6 +13,10 @@ live socket stayed open and delivered every event once, in order.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -20,7 +24,8 @@ from contextlib import contextmanager
 import httpx
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
+from django.db import connection, connections
+from django.db.utils import load_backend
 
 from runs import services
 from runs.models import Run, RunEvent
@@ -83,6 +88,12 @@ class PageLoads:
                 started = time.monotonic()
                 status = self.client.get(path).status_code
                 self.loads.append((started, time.monotonic(), path, status))
+
+    def wait_for_a_load_after(self, moment: float) -> None:
+        """Until a load that started after `moment` has ended: the loop may be in the
+        middle of a load that met the fault when the runs finish."""
+        wait_until(lambda: any(load[0] > moment for load in self.loads), 30,
+                   message="a page load that started after the last fault")
 
     def stop(self) -> None:
         self.stopping.set()
@@ -168,6 +179,7 @@ def test_terminated_connections_are_survived_everywhere(app, private_postgres):
             assert private_postgres.terminate(exclude=own_backend()) > 0
             faults.append((begin, time.monotonic()))
         check_outcome(run_ids, followers)
+        pages.wait_for_a_load_after(faults[-1][1])
     pages.check(faults)
 
 
@@ -185,4 +197,44 @@ def test_a_database_restart_is_survived_everywhere(app, private_postgres):
         private_postgres.start()
         faults = [(begin, time.monotonic())]
         check_outcome(run_ids, followers)
+        pages.wait_for_a_load_after(faults[-1][1])
     pages.check(faults)
+
+
+def web_database_settings(url: str) -> dict:
+    """The default database as a web process (AGENTOPS_DB_POOL=1, the Procfile's web line)
+    configures it, for `url`."""
+    env = {**os.environ, "DATABASE_URL": url, "AGENTOPS_DB_POOL": "1",
+           "DJANGO_SETTINGS_MODULE": "agentops.settings"}
+    printed = subprocess.run(
+        [sys.executable, "-c", "import json; from django.conf import settings; "
+                               "print(json.dumps(settings.DATABASES['default']))"],
+        env=env, capture_output=True, text=True, check=True, timeout=60).stdout
+    return json.loads(printed)
+
+
+def test_a_web_request_after_a_failover_does_not_wait_out_each_dead_connection(
+        private_postgres, django_db_blocker):
+    """Every idle connection of a web process's pool dies at once (pg_terminate_backend, as
+    a failover does); the next request is served, and leaves no dead connection behind.
+    psycopg_pool's own check would hand the request each dead connection in turn and
+    sleep after each, 1, 2, 4 and 8 s: past the pool's timeout (10 s) before the fifth."""
+    db = web_database_settings(private_postgres.url)
+    idle = 5
+    db["OPTIONS"]["pool"].update(min_size=idle, max_size=idle)
+    settings = connections.configure_settings({"default": db})["default"]
+    web = load_backend(settings["ENGINE"]).DatabaseWrapper(settings, "default")
+    with django_db_blocker.unblock():
+        try:
+            web.pool.open(wait=True)
+            assert private_postgres.terminate() >= idle
+            with web.cursor() as cursor:  # the request's first query
+                cursor.execute("SELECT 1")
+                assert cursor.fetchone() == (1,)
+            web.close()
+            lost = web.pool.get_stats().get("connections_lost", 0)
+            web.pool.check()  # a dead connection left in the pool would be counted here
+            assert web.pool.get_stats().get("connections_lost", 0) == lost
+        finally:
+            web.close()
+            web.close_pool()

@@ -77,16 +77,31 @@ _flush_lighter()
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup):
+def django_db_setup(django_db_setup, django_db_blocker):
     """The test database, migrated (post_migrate made its content types and permissions
     then); from here on its flushes keep them (KEPT_THROUGH_FLUSH) and nothing makes
-    them again."""
+    them again. At the end, no session but this one is left on it, so that it can be
+    dropped."""
     from django.contrib.contenttypes.management import create_contenttypes
+    from django.db import connection
     from django.db.models.signals import post_migrate
 
     post_migrate.disconnect(create_contenttypes)
     post_migrate.disconnect(dispatch_uid="django.contrib.auth.management.create_permissions")
     yield
+    if connection.vendor != "postgresql":
+        return
+    # Threads of this process that queried the database keep their connections open
+    # (CONN_MAX_AGE): asgiref's executor threads under the live sockets' and the API's
+    # tests, and the tests' own threads. Another thread's connection cannot be closed
+    # from here, and PostgreSQL does not drop a database that sessions are on:
+    # pytest-django's teardown left 1 to 4 of each CI run's test databases behind,
+    # "accessed by other users" (seen: up to 8 sessions, all this process's, idle). The
+    # database is this process's alone (its name has the pid), and the tests are over.
+    # (DROP DATABASE waits up to 5 s for terminated sessions to end.)
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
 
 
 # --- where each test runs (README, "The two commands") ----------------------------------------

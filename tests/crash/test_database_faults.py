@@ -223,7 +223,7 @@ def test_a_web_request_after_a_failover_does_not_wait_out_each_dead_connection(
     idle = 5
     db["OPTIONS"]["pool"].update(min_size=idle, max_size=idle)
     settings = connections.configure_settings({"default": db})["default"]
-    web = load_backend(settings["ENGINE"]).DatabaseWrapper(settings, "default")
+    web = load_backend(settings["ENGINE"]).DatabaseWrapper(settings, "web")  # its own pool
     with django_db_blocker.unblock():
         try:
             web.pool.open(wait=True)

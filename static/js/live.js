@@ -29,6 +29,7 @@
       this.socket = null;
       this.stopped = false;
       this.retryTimer = null;
+      this.why = "";          // what the last retry was for, shown while the next one runs
       this.heartbeat = null;
       this.lastFrameAt = Date.now();
       this.note = "";   // shown instead of "live" while the connection is up (e.g. "stalled")
@@ -54,7 +55,10 @@
     connect() {
       if (this.stopped) return;
       clearTimeout(this.retryTimer);
-      this.setState(this.attempt === 0 ? "connecting" : "reconnecting");
+      // A retry keeps saying why it retries ("server restarting") while it tries: the
+      // indicator does not flicker to a bare "reconnecting…" at every attempt.
+      if (this.attempt === 0) this.setState("connecting");
+      else this.setState("reconnecting", this.why);
       let socket;
       try {
         socket = new WebSocket(this.url());
@@ -107,6 +111,7 @@
 
     scheduleRetry(why) {
       if (this.stopped) return;
+      this.why = why || "";
       const delay = backoff(this.attempt);
       this.attempt += 1;
       this.setState(navigator.onLine === false ? "offline" : "reconnecting",

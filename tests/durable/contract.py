@@ -60,13 +60,17 @@ _real_time = time.time
 
 
 class Clock:
-    """`time.time()` shifted by an offset the test moves forward."""
+    """`time.time()` shifted by an offset the test moves forward. A frozen clock moves
+    only when the test moves it, for a test that compares durations: the real time that
+    passes between two readings (50 ms on a loaded machine) would be in them."""
 
-    def __init__(self):
+    def __init__(self, frozen: bool = False):
         self.offset = 0.0
+        self.frozen_at = _real_time() if frozen else None
 
     def time(self) -> float:
-        return _real_time() + self.offset
+        now = _real_time() if self.frozen_at is None else self.frozen_at
+        return now + self.offset
 
     def advance(self, seconds: float) -> None:
         self.offset += seconds

@@ -49,7 +49,8 @@ def _fresh():
 
 @pytest.fixture
 def clock(monkeypatch) -> Clock:
-    clock = Clock()
+    # frozen: the tests compare waits and wake-up times to the millisecond
+    clock = Clock(frozen=True)
     monkeypatch.setattr(time, "time", clock.time)
     return clock
 

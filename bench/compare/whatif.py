@@ -240,6 +240,8 @@ def effect_statement_parts(effects: int = 1000, rounds: int = 6) -> None:
     with psycopg.connect(dbname=db["NAME"], user=db["USER"], password=db["PASSWORD"],
                          host=db["HOST"], port=db["PORT"] or None, autocommit=True,
                          prepare_threshold=0) as conn:
+        # The floor here, not bench/setup_db.raw_insert_floor: its blocks alternate with
+        # the statements' on this one connection, each after the same reset and vacuum.
         conn.execute("CREATE TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, v text)")
         first = conn.execute("SELECT min(seq) - 1 FROM runs_runevent WHERE run_id = %s "
                              "AND kind = 'effect'", [run_id]).fetchone()[0]

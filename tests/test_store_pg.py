@@ -2,6 +2,7 @@
 single statements, write what OrmStore's transactions write, and are fenced. On SQLite
 database_store() builds an OrmStore, whose transactions must write the same rows."""
 
+import threading
 import time
 
 import pytest
@@ -286,20 +287,28 @@ def test_an_effects_commit_statement_is_built_once_per_shape(claimed, statements
     assert [seq for seq, _ in seqs] == [2, 3, 4]  # numbered on from the launch's
 
 
-def test_a_threads_statements_share_a_cursor_until_its_connection_changes(claimed):
-    """PgStore keeps one cursor per thread on Django's connection (making one per
-    statement was a fifth of a commit's client work); a connection Django closed and
-    opened again gets a cursor of its own, and the next commit goes through it."""
+def test_statements_on_a_connection_share_its_cursor_whichever_thread_sends_them(claimed):
+    """PgStore keeps one cursor per connection (making one per statement was a fifth of a
+    commit's client work). Not one per thread: a worker's run threads take turns on a few
+    pooled connections, and a thread's own cursor held its last values and result while
+    its run waited. A connection Django closed and opened again gets a cursor of its own,
+    and a thread sending on a connection another thread used finds that one's cursor."""
     store, run_id, epoch = claimed
     store.commit(run_id, epoch, r.Commit(run=r.RunChanges(step_no=1)))
-    kept = getattr(pg_statements._kept, "cursor", None)
+    kept = getattr(connection.connection, pg_statements.KEPT_CURSOR, None)
     store.commit(run_id, epoch, r.Commit(run=r.RunChanges(step_no=2)))
     if ON_POSTGRESQL:
-        assert kept is not None and pg_statements._kept.cursor is kept
-        assert kept.connection is connection.connection
+        assert kept is not None and kept.connection is connection.connection
+        assert getattr(connection.connection, pg_statements.KEPT_CURSOR) is kept
+        # another thread on the same connection (as a pool hands one to any thread)
+        seen, shared = [], connection.connection
+        other = threading.Thread(target=lambda: seen.append(pg_statements._kept_cursor(shared)))
+        other.start()
+        other.join()
+        assert seen == [kept]
     connection.close()
     store.commit(run_id, epoch, r.Commit(run=r.RunChanges(step_no=3)))
     if ON_POSTGRESQL:
-        assert pg_statements._kept.cursor is not kept
-        assert pg_statements._kept.cursor.connection is connection.connection
+        fresh = getattr(connection.connection, pg_statements.KEPT_CURSOR)
+        assert fresh is not kept and fresh.connection is connection.connection
     assert Run.objects.get(pk=run_id).step_no == 3

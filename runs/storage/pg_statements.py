@@ -1,10 +1,8 @@
 """One statement on Django's own psycopg connection, the way PgStore sends its commits,
 launches and claims (runs/storage/pg.py): server-side bound, prepared when asked, through
-one cursor per thread, its first row read back as a dict by column name."""
+one cursor per connection, its first row read back as a dict by column name."""
 
 from __future__ import annotations
-
-import threading
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -46,17 +44,26 @@ def execute(sql: str, params: list, *, prepare: bool) -> dict | None:
         return None if row is None else dict(zip(_column_names(sql, cursor), row))
 
 
-_kept = threading.local()
+KEPT_CURSOR = "agentops_kept_cursor"  # our own attribute on a psycopg connection
 
 
 def _kept_cursor(conn: psycopg.Connection) -> psycopg.Cursor:
-    """This thread's cursor on `conn`, made once per connection: making one per statement
+    """The cursor kept on `conn`, made once per connection: making one per statement
     (its adapters and row maker) was a fifth of the client's work of a commit (113 against
-    88 us of CPU, measured). Django's connections are per thread, so is the cursor; one
-    on a connection Django replaced is dropped with it."""
-    cursor = getattr(_kept, "cursor", None)
-    if cursor is None or cursor.connection is not conn or cursor.closed:
-        cursor = _kept.cursor = psycopg.Cursor(conn)
+    88 us of CPU, measured).
+
+    Kept on the connection, not per thread: a worker's run threads (hundreds) take
+    whichever of its few pooled connections is free, so a cursor per thread was made
+    again on most calls, and each thread kept its own, with the last statement's values
+    and result, while its run waited on a tool (~5 KiB of Python objects per waiting run,
+    tracemalloc, besides libpq's result). A connection is used by one thread at a time
+    (the pool's, or a thread's own in Django); the cursor goes with its connection, as
+    garbage, when Django or the pool drops it. Not in a dict keyed by connection: the
+    cursor refers to its connection, so such a dict would keep every connection alive."""
+    cursor = getattr(conn, KEPT_CURSOR, None)
+    if cursor is None or cursor.closed:
+        cursor = psycopg.Cursor(conn)
+        setattr(conn, KEPT_CURSOR, cursor)
     return cursor
 
 

@@ -23,8 +23,10 @@ from tests.support.processes import wait_until
 
 FIRST, MORE = 50, 250
 # Measured on the bench machine (Python 3.11, Django 5.2): an idle tree 60-75 MiB (the
-# main and one worker, most of it shared), 55-67 KiB more per waiting run (its thread's
-# C and Python stacks, ~20 KiB, and the engine's session).
+# main and one worker, most of it shared), 52-56 KiB more per waiting run (its thread,
+# ~16 KiB, and ~19 KiB of Python objects: the engine's session, Django's wrapper of the
+# thread's connection; docs/workers.md). 55-67 KiB before the cursor of PgStore was kept
+# per connection instead of per thread.
 IDLE_TREE_MIB = 96
 PER_WAITING_RUN_KIB = 96
 # The worker's own threads besides its runs': the main thread, the lease keeper,

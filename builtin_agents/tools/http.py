@@ -12,6 +12,12 @@ the tools only have to say which is which:
   policy waits at least as long as the server asked (up to a day);
 - any other 4xx is the request's own fault (a 404 page, a 422 key reuse): raised
   as ``PermanentHTTPError`` (a ``PermanentToolError``), logged at once, not retried.
+
+httpx is imported where a request is made, not with the module: every process imports
+the built-in agents at its start (the worker tree's main before it forks), and httpx
+brings 137 modules and 8.6 MiB where its command-line client's packages are installed
+(click, rich, pygments), 3.7 MiB where not; a process whose runs call no HTTP tool
+never pays it (tests/test_startup_imports.py).
 """
 
 from __future__ import annotations
@@ -22,14 +28,17 @@ import threading
 import time
 from email.utils import parsedate_to_datetime
 from http.cookiejar import CookieJar
+from typing import TYPE_CHECKING
 
-import httpx
 from django.conf import settings
 
 from runs.durable import PermanentToolError, Retry, TransientToolError
 from runs.observability.tracing import downstream_headers
 
-TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+if TYPE_CHECKING:
+    import httpx
+
+TIMEOUT_SECONDS, CONNECT_TIMEOUT_SECONDS = 30.0, 5.0
 # Transient errors are retried for an hour (AGENTOPS_TOOL_RETRY_FOR): 0.1 s after the
 # first failure, then 0.2, 0.4, 0.8 s in the worker thread (a flaky page costs 0.1 s);
 # from 1.6 s on each wait is a durable timer that frees the worker, doubling up to
@@ -90,11 +99,14 @@ def client() -> httpx.Client:
 
     It keeps no cookies: the client serves the runs of every user in the process, so
     a cookie one run's site set would go out with another run's requests."""
+    import httpx
+
     pid = os.getpid()
     with _lock:
         if pid not in _clients:
             _clients[pid] = httpx.Client(
-                timeout=TIMEOUT, headers={"User-Agent": USER_AGENT},
+                timeout=httpx.Timeout(TIMEOUT_SECONDS, connect=CONNECT_TIMEOUT_SECONDS),
+                headers={"User-Agent": USER_AGENT},
                 cookies=NoCookies())
         return _clients[pid]
 
@@ -124,6 +136,8 @@ def transport_errors(url: str):
     the target (safe to send again); any other error came after the request was sent,
     perhaps acted on, with no answer, so a non-idempotent call is in doubt. Raised as
     httpx's own, the engine takes an error for the tool's word that the call failed."""
+    import httpx
+
     try:
         yield
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
@@ -160,6 +174,8 @@ def retry_after(response: httpx.Response) -> float | None:
 
 
 def _message(status: int, url: str, detail: str) -> str:
+    import httpx
+
     reason = httpx.codes.get_reason_phrase(status)  # "" for a status it does not know
     head = f"HTTP {status} {reason}".rstrip()
     return f"{head} from {url}" + (f": {detail}" if detail else "")

@@ -24,9 +24,7 @@ import dataclasses
 import json
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
 from django.conf import settings
-from httpx_sse import EventSource, SSEError
 
 from runs.durable import TransientToolError, tool
 
@@ -74,6 +72,9 @@ def chat_completion(base_url: str, model: str, messages: list, tools: list, *,
                     idempotency_key: str):
     """One chat completion, streamed. Yields the answer's text as it arrives; returns
     the assistant message, finish reason and usage."""
+    import httpx  # on first use: builtin_agents/tools/http.py says why
+    from httpx_sse import EventSource, SSEError
+
     headers = {"Accept": "text/event-stream", "Idempotency-Key": idempotency_key}
     if settings.AGENTOPS["LLM_API_KEY"]:
         headers["Authorization"] = f"Bearer {settings.AGENTOPS['LLM_API_KEY']}"

@@ -6,7 +6,9 @@ Every attempt of a process goes through one HTTP client (making one cost about 5
 of CPU: its TLS context), which keeps no cookie: an endpoint's cookies must not reach
 another subscriber's. Of the answer, only the first BODY_CLIP characters are read, and
 nothing after the timeout: an endpoint that answers without end, or a byte at a time,
-holds a worker for twice the timeout at most (a read that began waits its own)."""
+holds a worker for twice the timeout at most (a read that began waits its own).
+httpx is imported by the first attempt, not with the module (builtin_agents/tools/http.py
+says why: what every process would pay at its start)."""
 
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ import threading
 import time
 from datetime import UTC, datetime
 from http.cookiejar import CookieJar, DefaultCookiePolicy
+from typing import TYPE_CHECKING
 
-import httpx
 from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
@@ -28,6 +30,9 @@ from runs.worker.db import release_connection
 
 from .addresses import AddressRefused, check_resolved
 from .models import Attempt, Delivery, DeliveryStatus
+
+if TYPE_CHECKING:
+    import httpx
 
 BODY_CLIP = 2000
 USER_AGENT = "agentops-webhooks/1"
@@ -51,6 +56,8 @@ def signed_headers(delivery: Delivery, body: str, now: datetime) -> dict:
 
 
 def attempt(delivery_id: int) -> dict:
+    import httpx
+
     delivery = Delivery.objects.select_related("subscription").get(pk=delivery_id)
     if delivery.status != DeliveryStatus.PENDING:
         return {"status": delivery.status, "already": True}
@@ -105,6 +112,8 @@ def _post(url: str, body: str, headers: dict, timeout: float) -> tuple[int, _Ans
 
 
 def _client() -> httpx.Client:
+    import httpx
+
     pid = os.getpid()
     with _clients_lock:
         client = _clients.get(pid)

@@ -18,7 +18,7 @@ ON_FIRST_REQUEST = {"httpx", "httpx_sse", "httpcore", "rich", "click", "pygments
 
 def started_packages(*others: str) -> list[str]:
     """The packages of `ON_FIRST_REQUEST | WEB_ONLY` that a process has imported once it
-    is set up as a worker tree's main is before it forks (and after `others`)."""
+    is set up as a worker tree's main before it forks (and has imported `others`)."""
     probe = ("import sys, django; django.setup(); "
              "import runs.management.commands.worker, runs.worker.tree, runs.worker.execute; "
              "import runs.worker.sweep; runs.worker.sweep.Duties(); "

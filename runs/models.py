@@ -302,7 +302,7 @@ class AuditEntry(models.Model):
 
 
 class WorkerHeartbeat(models.Model):
-    """A worker tree's main process, written by its loop (runs/worker/heartbeat.py): what
+    """A worker tree's main process, written by the tree's duties (runs/worker/heartbeat.py): what
     the operators' Workers page knows about hosts and processes that hold no run."""
 
     host = models.CharField(max_length=200)

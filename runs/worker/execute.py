@@ -17,9 +17,11 @@ The price: a SIGKILL (or OOM) of the process crashes every run it holds at once,
 each of them counts it towards its crash-loop guard.
 
 SIGTERM or SIGINT (a deploy, its main stopping, or its main's death: the kernel's
-death signal, runs/worker/lifelines.py) sets STOP: every held run stops at its next
-effect boundary and hands itself back (queued, lease released at once), for a free
-slot of another worker to take at its next poll; then the process ends.
+death signal, runs/worker/lifelines.py) first says that the tree is stopping (the
+heartbeat, runs/worker/heartbeat.py: its code is served no more, so a tree of other
+code may take the runs over), then sets STOP: every held run stops at its next effect
+boundary and hands itself back (queued, lease released at once), for a free slot of
+another worker to take at its next poll; then the process ends.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from django.conf import settings
+from django.db import connection
 
 from runs.db_faults import DATABASE_FAULTS
 from runs.durable import Outcome, WorkerConfig, clock, execute_run
@@ -47,7 +50,9 @@ from runs.worker.leases import keeper
 
 logger = logging.getLogger("agentops.worker")
 
+STOPPING = threading.Event()   # a stop signal came: claim no more runs
 STOP = threading.Event()       # hand every held run back at its next boundary
+SAY_STOPPING_SECONDS = 1.0     # the longest a hand-back waits for the heartbeat's word
 WAITING_AFTER_SECONDS = 0.5    # a due run unclaimed this long is waiting for a slot
 STOP_CHECK_SECONDS = 0.05      # how soon an idle worker notices a stop signal
 M_ARENA_MAX = -8               # mallopt parameter, from glibc's malloc.h
@@ -98,7 +103,7 @@ class RunSlots:
         with ThreadPoolExecutor(self.slots, thread_name_prefix="run") as pool:
             running: dict = {}
             while not STOP.is_set() or running:
-                if not STOP.is_set():
+                if not STOPPING.is_set():
                     self._claim(pool, running)
                 if not running:
                     _nap(self.poll)
@@ -192,18 +197,42 @@ def _limit_malloc_arenas() -> None:
     libc.mallopt(M_ARENA_MAX, 2)
 
 
-def install_signal_handlers() -> None:
+def install_signal_handlers(before_stop=None) -> None:
+    """`before_stop`: said once a stop signal came, before any run is handed back (for
+    at most SAY_STOPPING_SECONDS: a database that does not answer holds up no stop)."""
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _on_stop_signal)
+        signal.signal(sig, functools.partial(_on_stop_signal, before_stop))
 
 
-def _on_stop_signal(signum, frame) -> None:
-    if STOP.is_set():
+def _on_stop_signal(before_stop, signum, frame) -> None:
+    if STOPPING.is_set():
         return
-    STOP.set()
+    STOPPING.set()
+    # Not in the handler: it interrupted this thread, maybe inside a database call.
+    threading.Thread(target=_stop, args=(before_stop,), name="stop", daemon=True).start()
     # Held runs hand themselves back at their next effect boundary. One stuck in a slow
     # tool call would keep this process (and the run's lease) alive: with the main gone
     # (a death signal), nobody else would end it after the grace.
     grace = threading.Timer(settings.AGENTOPS["SHUTDOWN_GRACE_SECONDS"], os._exit, (1,))
     grace.daemon = True
     grace.start()
+
+
+def _stop(before_stop) -> None:
+    if before_stop is not None:
+        saying = threading.Thread(target=_said, args=(before_stop,), name="say-stopping",
+                                  daemon=True)
+        saying.start()
+        saying.join(SAY_STOPPING_SECONDS)
+    STOP.set()
+
+
+def _said(before_stop) -> None:
+    try:
+        before_stop()
+    except DATABASE_FAULTS as exc:
+        logger.warning("could not say that the tree is stopping: %s", exc)
+    except Exception:  # noqa: BLE001 - the stop goes on
+        logger.exception("could not say that the tree is stopping")
+    finally:
+        connection.close()  # this thread's own (back to the pool)

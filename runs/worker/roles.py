@@ -11,6 +11,8 @@ import os
 import psutil
 import setproctitle
 
+from runs.worker.watcher import is_stopped, send  # noqa: F401 - the one rule, stdlib only
+
 MAIN, WORKER = "main", "worker"
 ROLES = (MAIN, WORKER)
 PREFIX = "agentops"
@@ -55,14 +57,3 @@ def is_alive(pid: int) -> bool:
     return status_of(pid) not in DEAD_STATUSES
 
 
-def is_stopped(pid: int) -> bool:
-    """Stopped by SIGSTOP (or Ctrl-Z) until SIGCONT; one a debugger holds is not."""
-    return status_of(pid) == psutil.STATUS_STOPPED
-
-
-def send(pid: int, sig: int) -> None:
-    """A signal to a process that may have ended meanwhile."""
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass

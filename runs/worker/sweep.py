@@ -1,5 +1,5 @@
-"""The duties of a worker tree's main process, every AGENTOPS_SWEEP_INTERVAL seconds
-(runs/worker/tree.py), and once on demand (`manage.py runs sweep`):
+"""The duties of a worker tree, kept by its worker 1 every AGENTOPS_SWEEP_INTERVAL
+seconds (`keep_duties`, runs/worker/tree.py), and once on demand (`manage.py runs sweep`):
 
 * the heartbeat (runs/worker/heartbeat.py): the tree's processes and agent code;
 * the leases held by processes of this host that no longer exist expire at once, so a
@@ -11,7 +11,11 @@
   first one comes at a random moment of the first interval, so that the trees of a
   fleet do not all prune at once, and a tree restarted more often still prunes.
 
-Nothing here hands runs to workers: their free slots poll the due runs.
+They were the main's until 2026-12-07; the main is now a bare watcher
+(runs/worker/watcher.py, why). Worker 1 keeps them in a thread with a connection of
+its own (as the lease keeper's: never behind the runs' threads in the pool), and stops
+at the tree's stop; a worker 1 that dies ends the tree, and the fresh tree's worker 1
+takes them up. Nothing here hands runs to workers: their free slots poll the due runs.
 """
 
 from __future__ import annotations
@@ -29,15 +33,26 @@ from runs.db_faults import DATABASE_FAULTS
 from runs.durable import clock
 from runs.storage.retention import apply as apply_retention
 from runs.worker import side_jobs
+from runs.worker.db import use_own_connection_in_this_thread
 from runs.worker.execute import store
-from runs.worker.heartbeat import record_heartbeat
+from runs.worker.heartbeat import record_heartbeat, record_start
 from runs.worker.roles import is_alive
 
 logger = logging.getLogger("agentops.sweep")
 
 
+def keep_duties(main: int, stop: threading.Event) -> None:
+    """Worker 1's thread: the duties of the tree of `main` every SWEEP_INTERVAL until `stop`."""
+    use_own_connection_in_this_thread()
+    duties = Duties(main)
+    while not stop.wait(settings.AGENTOPS["SWEEP_INTERVAL"]):
+        duties.tick()
+    connection.close()
+
+
 class Duties:
-    def __init__(self):
+    def __init__(self, main: int | None = None):
+        self.main = main  # the tree's main process, whose heartbeat this is
         self.prune_every = settings.AGENTOPS["RETENTION_INTERVAL_SECONDS"]
         self.next_prune = time.monotonic() + random.uniform(0, self.prune_every)
         self.pruning: threading.Thread | None = None
@@ -46,21 +61,13 @@ class Duties:
         """One round; a database fault ends it (the next tick tries again on a fresh
         connection), any other error is logged and the next duty goes on."""
         close_old_connections()
-        for duty in (record_heartbeat, expire_dead_local_leases, side_jobs.tick,
+        for duty in (self.heartbeat, expire_dead_local_leases, side_jobs.tick,
                      self.retention):
             if not _survived(duty):
                 return
 
-    def stopping(self) -> None:
-        """The tree takes no more work: its agent code is served no more, so a live tree
-        of other code may take its runs over as they are handed back (runs/worker/fleet.py)."""
-        _survived(lambda: record_heartbeat(force=True, stopping=True))
-
-    def free_dead_leases(self) -> None:
-        """Before the workers start and after they ended: a lease a dead worker of this
-        host still holds (killed, not handed back) expires now, for a free slot to take
-        its run at once."""
-        _survived(expire_dead_local_leases)
+    def heartbeat(self) -> None:
+        record_heartbeat(main=self.main)
 
     def retention(self) -> None:
         if time.monotonic() < self.next_prune or (self.pruning and self.pruning.is_alive()):
@@ -68,6 +75,18 @@ class Duties:
         self.next_prune = time.monotonic() + self.prune_every
         self.pruning = threading.Thread(target=_prune, name="retention", daemon=True)
         self.pruning.start()
+
+
+def free_dead_leases() -> None:
+    """Before a tree's workers start, and as each ends: a lease a dead worker of this
+    host still holds (killed, not handed back) expires now, for a free slot to take its
+    run at once."""
+    _survived(expire_dead_local_leases)
+
+
+def start_heartbeat() -> None:
+    """The tree's row, new, before its workers start (runs/worker/heartbeat.py)."""
+    _survived(record_start)
 
 
 def _survived(duty) -> bool:
@@ -78,7 +97,7 @@ def _survived(duty) -> bool:
         logger.warning("%s failed: %s; trying again next tick", _name(duty), exc)
         connection.close()
         return False
-    except Exception:  # noqa: BLE001 - the main's loop (and so the tree) must go on
+    except Exception:  # noqa: BLE001 - the duties (and so the tree) must go on
         logger.exception("%s failed", _name(duty))
         return True
 

@@ -27,7 +27,11 @@ FIRST, MORE = 50, 250
 # ~16 KiB, and ~19 KiB of Python objects: the engine's session, Django's wrapper of the
 # thread's connection; docs/workers.md). 55-67 KiB before the cursor of PgStore was kept
 # per connection instead of per thread.
-IDLE_TREE_MIB = 96
+IDLE_TREE_MIB = 84
+# The main once its workers are forked: a bare Python watching them (runs/worker/watcher.py),
+# 7-8 MiB, against 35-38 MiB when it kept Django (and the originals of every page its
+# worker wrote).
+MAIN_MIB = 16
 PER_WAITING_RUN_KIB = 96
 # The worker's own threads besides its runs': the main thread, the lease keeper,
 # watch-main, the pool's scheduler and workers, a shutdown timer.
@@ -75,6 +79,12 @@ def test_a_tree_and_its_waiting_runs_cost_bounded_memory_and_a_thread_each(start
     assert len(cluster.all_pids()) == 2, "a tree of one worker is two processes"
     idle_kib = tree_pss_kib(cluster)
     assert idle_kib <= IDLE_TREE_MIB * 1024, f"idle tree: {idle_kib / 1024:.1f} MiB"
+    main = psutil.Process(cluster.pid)
+    assert main.cmdline()[:2] == ["agentops main", "-S"], main.cmdline()
+    libraries = [m.path for m in main.memory_maps() if "-packages" in m.path]
+    assert not libraries, f"the main maps what it should not have imported: {libraries}"
+    main_mib = main.memory_full_info().pss / 2**20
+    assert main_mib <= MAIN_MIB, f"the main: {main_mib:.1f} MiB"
 
     # A first batch warms the worker up (its pool's threads and connections, the engine's
     # code paths run once); the second one's cost is each waiting run's own.
@@ -85,7 +95,7 @@ def test_a_tree_and_its_waiting_runs_cost_bounded_memory_and_a_thread_each(start
     threads = psutil.Process(worker).num_threads()
     more_threads = threads - first_threads
     per_run_kib = (tree_pss_kib(cluster) - first_kib) / MORE
-    print(f"idle tree {idle_kib / 1024:.1f} MiB; {FIRST} waiting runs "
+    print(f"idle tree {idle_kib / 1024:.1f} MiB (main {main_mib:.1f}); {FIRST} waiting runs "
           f"{(first_kib - idle_kib) / 1024:.1f} MiB more, {first_threads} threads; "
           f"{MORE} more: {per_run_kib:.1f} KiB and {more_threads} threads each")
     # A thread per held run and no more, beside the support threads: bounded as a whole,

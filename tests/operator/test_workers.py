@@ -31,6 +31,24 @@ def test_record_heartbeat_upserts_one_row_per_process_and_throttles():
     assert WorkerHeartbeat.objects.count() == 1 and row.last_seen >= first
 
 
+def test_a_stopping_tree_stays_stopping_until_a_tree_of_its_pid_starts_again():
+    """Each worker of a stopping tree says so before it hands a run back, and the duties'
+    heartbeat after that must not say the tree serves its code again; a fresh tree with
+    the same pid (a container's tree is the same pid every time) does."""
+    heartbeat.record_start()
+    heartbeat.record_stopping(os.getpid())
+    said = WorkerHeartbeat.objects.get()
+    assert said.stopping
+    assert heartbeat.record_heartbeat(force=True)
+    heartbeat.record_stopping(os.getpid())  # a second worker: the first one's moment stays
+    row = WorkerHeartbeat.objects.get()
+    assert row.stopping and row.last_seen == said.last_seen
+    heartbeat.record_start()
+    row = WorkerHeartbeat.objects.get()
+    assert not row.stopping and row.started_at > said.started_at
+    assert row.codes == heartbeat.fleet.own_codes()
+
+
 def test_old_heartbeats_are_forgotten():
     WorkerHeartbeat.objects.create(host="gone", pid=1,
                                    last_seen=timezone.now() - timedelta(days=2))

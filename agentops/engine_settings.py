@@ -28,7 +28,7 @@ AGENTOPS = {
     "TIME_SLICE_SECONDS": env_float("AGENTOPS_TIME_SLICE", 5.0),
     # the slice of a run claimed while no other run waits for a slot (runs/worker/execute.py)
     "UNCONTENDED_SLICE_SECONDS": env_float("AGENTOPS_UNCONTENDED_SLICE", 20.0),
-    # the tree's main: its duties and a look at its workers this often (runs/worker/sweep.py)
+    # the tree's duties (kept by its worker 1) this often (runs/worker/sweep.py)
     "SWEEP_INTERVAL": env_float("AGENTOPS_SWEEP_INTERVAL", 0.5),
     # a worker's free slots look for due runs this often: a launch waits for it
     "CLAIM_POLL_SECONDS": env_float("AGENTOPS_CLAIM_POLL", 0.2),
@@ -52,7 +52,7 @@ AGENTOPS = {
     # how long a stopping tree waits for its workers to hand their runs back, then kills them
     "SHUTDOWN_GRACE_SECONDS": env_float("AGENTOPS_SHUTDOWN_GRACE", 20.0),
     # checkpoint retention: the latest N per branch of ended runs, after a grace period,
-    # applied this often by each tree's main (runs/worker/sweep.py)
+    # applied this often by each tree's duties (runs/worker/sweep.py)
     "RETENTION_INTERVAL_SECONDS": env_float("AGENTOPS_RETENTION_INTERVAL", 3600.0),
     "RETENTION_KEEP_PER_BRANCH": env_int("AGENTOPS_RETENTION_KEEP", 3),
     "RETENTION_GRACE_HOURS": env_float("AGENTOPS_RETENTION_GRACE_HOURS", 24.0),

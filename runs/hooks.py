@@ -10,7 +10,7 @@ AppConfig.ready(): the worker (runs/worker/) imports no feature and asks this mo
                   engine's own run budget gate
     price         fn(model, prompt_tokens, completion_tokens) -> dollars of a metered
                   call; none: usage is counted in tokens only
-    side_jobs     fn(): every tick of each worker tree's main process (due schedules,
+    side_jobs     fn(): every tick of each worker tree's duties (due schedules,
                   webhook deliveries); each must be safe with several trees at once
 
 Registering the same function twice keeps one (ready() may run again in tests).

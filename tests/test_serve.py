@@ -89,12 +89,13 @@ def up(client: httpx.Client) -> bool:
 
 
 def titled(serve: subprocess.Popen, title: str) -> list[psutil.Process]:
-    """bin/serve's live descendants whose title (runs/worker/roles.py) is `title`."""
-    found = []
+    """bin/serve's live descendants whose title (runs/worker/roles.py) is `title` (the
+    main's is followed by its watcher's arguments: runs/worker/watcher.py)."""
+    found, wanted = [], title.split()
     for process in psutil.Process(serve.pid).children(recursive=True):
         try:
             words = " ".join(process.cmdline()).split()
-            if words == title.split() and process.status() != psutil.STATUS_ZOMBIE:
+            if words[:len(wanted)] == wanted and process.status() != psutil.STATUS_ZOMBIE:
                 found.append(process)
         except psutil.Error:
             continue

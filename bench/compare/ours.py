@@ -12,6 +12,7 @@ from bench.compare import agents
 from runs.durable import WorkerConfig, control, execute_run
 from runs.models import Effect, Run
 from runs.storage import database_store
+from runs.storage import sizes
 from runs.storage.orm import OrmStore
 
 TABLES = ("runs_run", "runs_checkpoint", "runs_effect", "runs_runevent")
@@ -74,28 +75,9 @@ def abandon(run_ids: list[str]) -> None:
 
 
 # --- sizes --------------------------------------------------------------------------------
-# The relations a table's rows are stored in: the table, its TOAST table and every index
-# of either.
-RELATIONS_SQL = """
-WITH t AS (SELECT name::regclass::oid AS oid FROM unnest(%s::text[]) name),
-     toast AS (SELECT reltoastrelid AS oid FROM pg_class WHERE oid IN (SELECT oid FROM t)
-               AND reltoastrelid <> 0),
-     heaps AS (SELECT oid FROM t UNION ALL SELECT oid FROM toast)
-SELECT oid FROM heaps UNION ALL SELECT indexrelid FROM pg_index WHERE indrelid IN (SELECT oid FROM heaps)"""
-
-
 def table_bytes(tables=TABLES, schema: str = "public", forks=("main",)) -> int:
-    """The bytes of `tables` (heap, TOAST, indexes) in `forks`. The default, the data
-    ("main") alone, is what rows cost. The free-space and visibility maps ("fsm", "vm")
-    are maps of a table's pages, not of its rows: PostgreSQL makes a table's 24 KiB free
-    space map once it passes a few pages, and it grows by a page per some 4,000 pages of
-    the table (32 MiB). A run of 2+200 steps minus one of 2 (bench/compare/scenarios.py)
-    counted three of them, 369 B a step that no further step writes."""
-    names = [t if "." in t else f"{schema}.{t}" for t in tables]
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT coalesce(sum(pg_relation_size(r.oid, f)), 0) "
-                       f"FROM ({RELATIONS_SQL}) r, unnest(%s::text[]) f", [names, list(forks)])
-        return int(cursor.fetchone()[0])
+    """runs/storage/sizes.py's, of the bench's tables by default."""
+    return sizes.table_bytes(tables, schema, forks)
 
 
 def truncate(tables: list[str]) -> None:

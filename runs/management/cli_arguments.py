@@ -96,7 +96,7 @@ def add_control_arguments(p):
 
 def add_maintenance_subcommands(sub):
     subcommand(sub, "sweep", "expire dead local workers' leases and run the side jobs, now",
-                "What a worker tree's main does every tick, once: expire the leases of this "
+                "What a worker tree's duties do every tick, once: expire the leases of this "
                 "host's dead worker processes (their runs are then due for any free worker "
                 "slot) and run the features' side jobs (due schedules, webhook deliveries).")
     p = subcommand(sub, "prune", "apply the retention policies of checkpoints, events and "

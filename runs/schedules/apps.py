@@ -12,5 +12,5 @@ class SchedulesConfig(AppConfig):
 
         from .tick import tick
 
-        # Launches the due schedules on every tick of each worker tree's main (runs/hooks.py).
+        # Launches the due schedules on every tick of each worker tree's duties (runs/hooks.py).
         hooks.add(SIDE_JOBS, tick)

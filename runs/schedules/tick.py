@@ -1,5 +1,5 @@
-"""The schedules' clock: launch what is due. Called by the recovery sweep in every
-cluster's main process (runs/worker/sweep.py), with the time passed in so that tests
+"""The schedules' clock: launch what is due. Called by the duties of every worker
+tree (runs/worker/sweep.py), with the time passed in so that tests
 can drive minutes of schedule in no time.
 
 One launch per slot, whatever the number of clusters: each due schedule is handled in

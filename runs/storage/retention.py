@@ -68,7 +68,7 @@ def prune(*, dry_run: bool = False, policy: Policy | None = None,
 
 
 def apply(*, dry_run: bool = False) -> tuple[PruneReport, event_retention.EventPruneReport]:
-    """Both policies, checkpoints' then events' and effects', as the worker tree's main
+    """Both policies, checkpoints' then events' and effects', as a worker tree's duties
     and `manage.py runs prune` apply them."""
     return prune(dry_run=dry_run), event_retention.prune(dry_run=dry_run)
 

@@ -12,5 +12,5 @@ class WebhooksConfig(AppConfig):
 
         from .dispatch import dispatch
 
-        # Turns run events into deliveries on every tick of each worker tree's main.
+        # Turns run events into deliveries on every tick of each worker tree's duties.
         hooks.add(SIDE_JOBS, dispatch)

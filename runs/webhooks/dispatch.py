@@ -1,5 +1,5 @@
-"""Turn run events into webhook deliveries. Called at every tick of the recovery sweep in
-each cluster's main process (runs/worker/side_jobs.py), never by a run: a run only writes
+"""Turn run events into webhook deliveries. Called at every tick of the duties of each
+worker tree (runs/worker/side_jobs.py), never by a run: a run only writes
 its `status` event, as it always did, in the commit it always made, so a webhook costs
 its commit path nothing and a dead endpoint cannot slow it.
 

@@ -1,6 +1,6 @@
 """Which agent code the live workers serve (docs/deploys.md).
 
-Every worker tree's main process advertises, in its heartbeat, the code of the agents
+Every worker tree advertises, in its heartbeat, the code of the agents
 its workers have loaded: {fingerprint: {agent, version, upgrade}} (runs/durable/versions.py).
 A worker claims its own code's runs, and another code's only when no live tree serves
 that code (it stopped, or went silent for LIVE_AFTER_SECONDS) or when its agent says
@@ -29,8 +29,8 @@ from runs.durable.registry import registry
 from runs.models import WorkerHeartbeat
 from runs.storage import clock
 
-# A main writes its heartbeat every 2 s (runs/worker/heartbeat.py); silent this long, its
-# code is taken for gone. Generous: a loaded machine delays a main's tick by seconds.
+# A tree's heartbeat comes every 2 s (runs/worker/heartbeat.py); silent this long, its
+# code is taken for gone. Generous: a loaded machine delays a tree's tick by seconds.
 LIVE_AFTER_SECONDS = 10.0
 REFRESH_SECONDS = 1.0
 
@@ -45,7 +45,7 @@ def own_codes() -> dict[str, dict]:
 
 def live_codes() -> dict[str, dict]:
     """fingerprint -> code of every cluster alive and not stopping."""
-    # the database's clock, as each main wrote its last_seen (runs/worker/heartbeat.py)
+    # the database's clock, as each tree wrote its last_seen (runs/worker/heartbeat.py)
     since = clock.now_dt() - timedelta(seconds=LIVE_AFTER_SECONDS)
     live: dict[str, dict] = {}
     for codes in WorkerHeartbeat.objects.filter(last_seen__gte=since, stopping=False) \

@@ -7,12 +7,13 @@ stopped or appeared, so a dead process is listed as alive for at most one tick.
 The Workers page reads these rows, together with the leases of running runs (whose
 renewals are the worker processes' own heartbeats).
 
-A tree's main writes its row as it starts (`record_start`). A stopping tree says so once (`record_stopping`, by each of its workers as its stop
-signal comes, before it hands a run back), and its row says so from then on: the
-heartbeats after it leave the row alone, so that whatever the order of a tree's
-processes, once one of its runs is handed back, no tree takes its code for served.
+A tree's main writes its row as it starts (`record_start`). A stopping tree says so
+once (`record_stopping`, by each of its workers as its stop signal comes, before it
+hands a run back), and its row says so from then on: the heartbeats after it leave the
+row alone, so that whatever the order of a tree's processes, once one of its runs is
+handed back, no tree takes its code for served.
 
-A main process that died cannot say so: the next heartbeat of any main on the same
+A main process that died cannot say so: the next heartbeat of any tree on the same
 host rewrites a dead main's row with what the kernel says of its processes now.
 """
 

@@ -1,8 +1,8 @@
 """The children of a process, from the kernel's own list of them.
 
 psutil's `Process.children()` finds a process's children by reading the status of
-every process of the host: 2-5 ms of CPU on a busy host, and a tree's main asks on
-every tick of its loop (its heartbeat), twice a second.
+every process of the host: 2-5 ms of CPU on a busy host, and a tree's heartbeat asks on
+every tick of its duties, twice a second.
 Linux keeps each thread's children in /proc/<pid>/task/<tid>/children
 (CONFIG_PROC_CHILDREN, on in Debian's and most distributions' kernels): one short
 file a thread. Like psutil's scan, the answer is a snapshot: a child forked or

@@ -1,6 +1,6 @@
 """The features' periodic jobs (runs/hooks.py `side_jobs`: launching the schedules that
 are due, turning run events into webhook deliveries), on every tick of each worker
-tree's main process. Each is safe with several trees at once, and a failure of one is
+tree's duties (its worker 1). Each is safe with several trees at once, and a failure of one is
 logged and tried again at the next tick without holding up the others (or the
 heartbeat, which must go on)."""
 

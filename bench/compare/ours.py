@@ -11,8 +11,7 @@ from django.db import connection
 from bench.compare import agents
 from runs.durable import WorkerConfig, control, execute_run
 from runs.models import Effect, Run
-from runs.storage import database_store
-from runs.storage import sizes
+from runs.storage import database_store, sizes
 from runs.storage.orm import OrmStore
 
 TABLES = ("runs_run", "runs_checkpoint", "runs_effect", "runs_runevent")

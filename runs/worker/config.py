@@ -10,7 +10,7 @@ from runs.durable import WorkerConfig
 from runs.hooks import hooks
 from runs.storage import database_store
 from runs.worker import fleet
-from runs.worker.db import release_connection
+from runs.worker.db import ReleasingStore, release_connection
 
 _PROCESS_TOKEN = uuid.uuid4().hex[:8]
 _TOKEN_PID = os.getpid()
@@ -35,6 +35,6 @@ def worker_config(slice_seconds: float | None = None) -> WorkerConfig:
                         codes=fleet.worker_codes(), **({"gates": gates} if gates else {}),
                         # the engine's own threads (a run's parallel calls) close their
                         # connection as they end: Django's are per thread
-                        thread_ended=database_store().close_thread_resources,
+                        thread_ended=ReleasingStore(database_store()).close_thread_resources,
                         # no run holds a pooled connection while its tool waits
                         before_tool=release_connection)

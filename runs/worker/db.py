@@ -8,6 +8,15 @@ inherited across fork is shared by parent and child), and a run's
 thread holds a connection only while it talks to the database: the store is
 wrapped so that every call hands the connection back to the pool.
 
+Nor does a run's thread keep a Django connection wrapper between its calls: a wrapper
+(its operations, features, client and introspection objects) is ~5.6 KiB, and 1,000
+waiting runs held 1,000 of them. A thread that needs one borrows an idle one of the
+process (`lent_connection`, around every store call), and gives back whichever it has
+when it lets its connection go (`release_connection`, after every store call and
+before every tool call): a process keeps about as many wrappers as its threads use at
+once. Made and dropped per call instead, they cost more than they saved: each is a
+cycle of objects that only the cyclic collector frees.
+
 SQLite has no pool: each thread keeps its own connection (a file handle).
 
 Connection faults (a terminated backend, a database restart) are survived: a run
@@ -20,10 +29,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import threading
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections
 from django.db.utils import load_backend
 
 from runs.db_faults import DATABASE_FAULTS
@@ -37,6 +47,12 @@ RECONNECT_MAX_DELAY = 1.0
 # parent's session on the shared socket, dropping them would let the garbage
 # collector do the same. They are kept, unused, for the life of the process.
 _inherited = []
+_pooled = {"on": False}         # this process's threads share a pool (and wrappers)
+_idle_wrappers: queue.SimpleQueue = queue.SimpleQueue()
+# Lent at once: as many as the pool has connections, and a few more to wait on them. A
+# burst of 1,000 claims made 1,000 (each waiting for a connection in its store call).
+WRAPPERS_OVER_POOL = 4
+_lendable = {"slots": threading.BoundedSemaphore(1), "wait": 30.0, "kept": 1}
 
 
 def use_pool_in_this_process() -> bool:
@@ -61,6 +77,10 @@ def use_pool_in_this_process() -> bool:
     # checks the pool's other idle connections at once); a failed poll or claim only
     # drops the connection, and the slot looks again at its next poll.
     db["CONN_HEALTH_CHECKS"] = False
+    _pooled["on"] = True
+    _lendable.update(slots=threading.BoundedSemaphore(size + WRAPPERS_OVER_POOL),
+                     wait=settings.AGENTOPS["WORKER_DB_POOL_TIMEOUT"],
+                     kept=size + WRAPPERS_OVER_POOL)
     return True
 
 
@@ -69,7 +89,7 @@ def use_own_connection_in_this_thread() -> None:
     the pool: for the thread every run of the process depends on (the lease keeper). In
     the pool it waited behind the runs' threads for a connection: under load leases ran
     out while their runs were alive and well, and other workers took them over."""
-    if not pooled():
+    if not _pooled["on"]:
         return
     # thread-local: the other threads keep the pooled wrapper
     connections[DEFAULT_DB_ALIAS] = _unpooled(DEFAULT_DB_ALIAS)
@@ -97,13 +117,70 @@ def _answers_outside_the_pool() -> None:
 
 
 def pooled() -> bool:
+    """This thread's wrapper takes its connections from the process's pool."""
     return bool(connection.settings_dict.get("OPTIONS", {}).get("pool"))
 
 
+def _own_wrapper():
+    """The wrapper this thread holds now, if any (asked without making one)."""
+    held = connections.all(initialized_only=True)
+    return held[0] if held else None
+
+
+@contextlib.contextmanager
+def lent_connection():
+    """A thread that holds no wrapper borrows an idle one of the process for the block;
+    `release_connection` gives it back."""
+    if not _pooled["on"] or _own_wrapper() is not None:
+        yield
+        return
+    slots = _lendable["slots"]
+    # As the pool itself would after its own timeout: a database fault for the caller.
+    if not slots.acquire(timeout=_lendable["wait"]):
+        raise OperationalError(f"no database connection free in {_lendable['wait']:.0f} s")
+    try:
+        wrapper = _idle_wrappers.get_nowait()
+    except queue.Empty:
+        params = connections.settings[DEFAULT_DB_ALIAS]  # the process's, with its pool
+        wrapper = load_backend(params["ENGINE"]).DatabaseWrapper(params, DEFAULT_DB_ALIAS)
+        wrapper.inc_thread_sharing()  # used by one thread at a time, many in turn
+    connections[DEFAULT_DB_ALIAS] = wrapper
+    try:
+        yield
+    finally:
+        try:
+            if _own_wrapper() is wrapper:  # still lent (not given back inside the block)
+                _give_back(wrapper)
+        finally:
+            slots.release()
+
+
 def release_connection() -> None:
-    """Give this thread's connection back to the pool (outside a transaction)."""
-    if pooled() and not connection.in_atomic_block:
-        connection.close()
+    """Give this thread's connection back to the pool (outside a transaction), and its
+    wrapper to the process's idle ones (not a thread's own, outside the pool)."""
+    wrapper = _pooled_wrapper()
+    if wrapper is not None and not wrapper.in_atomic_block:
+        _give_back(wrapper)
+
+
+def _pooled_wrapper():
+    """This thread's wrapper, if it takes its connections from the process's pool."""
+    wrapper = _own_wrapper() if _pooled["on"] else None
+    if wrapper is None or not wrapper.settings_dict.get("OPTIONS", {}).get("pool"):
+        return None
+    return wrapper
+
+
+def _give_back(wrapper) -> None:
+    wrapper.close()
+    del connections[DEFAULT_DB_ALIAS]
+    # One closed inside a transaction is marked for a rollback: no other thread gets it.
+    # Beyond the lendable ones (a thread made its own: an ORM query outside a store
+    # call), it is dropped.
+    if not wrapper.in_atomic_block and _idle_wrappers.qsize() < _lendable["kept"]:
+        if not wrapper.allow_thread_sharing:
+            wrapper.inc_thread_sharing()
+        _idle_wrappers.put(wrapper)
 
 
 class ReleasingStore:
@@ -116,10 +193,11 @@ class ReleasingStore:
 
     @contextlib.contextmanager
     def _released(self):
-        try:
-            yield
-        finally:
-            release_connection()
+        with lent_connection():
+            try:
+                yield
+            finally:
+                release_connection()
 
     def create_run(self, run):
         with self._released():
@@ -166,7 +244,13 @@ class ReleasingStore:
             return self._inner.history(run_id, query)
 
     def close_thread_resources(self):
-        self._inner.close_thread_resources()
+        """Even inside a transaction (after a fault): the connection closed, a pooled
+        wrapper given back; a thread that holds none has nothing to close."""
+        wrapper = _pooled_wrapper()
+        if wrapper is not None:
+            _give_back(wrapper)
+        elif not _pooled["on"] or _own_wrapper() is not None:
+            self._inner.close_thread_resources()
 
 
 def wait_for_database(error: BaseException, stop: threading.Event) -> bool:

@@ -45,7 +45,12 @@ from runs.storage import database_store
 from runs.wakeups import notify_run
 from runs.worker import fleet
 from runs.worker.config import worker_config
-from runs.worker.db import ReleasingStore, use_pool_in_this_process, wait_for_database
+from runs.worker.db import (
+    ReleasingStore,
+    use_own_connection_in_this_thread,
+    use_pool_in_this_process,
+    wait_for_database,
+)
 from runs.worker.leases import keeper
 
 logger = logging.getLogger("agentops.worker")
@@ -228,6 +233,8 @@ def _stop(before_stop) -> None:
 
 
 def _said(before_stop) -> None:
+    # Not through the pool, where it would wait behind the runs' threads.
+    use_own_connection_in_this_thread()
     try:
         before_stop()
     except DATABASE_FAULTS as exc:
@@ -235,4 +242,4 @@ def _said(before_stop) -> None:
     except Exception:  # noqa: BLE001 - the stop goes on
         logger.exception("could not say that the tree is stopping")
     finally:
-        connection.close()  # this thread's own (back to the pool)
+        connection.close()  # this thread's own

@@ -28,6 +28,7 @@ from runs.durable import versions
 from runs.durable.registry import registry
 from runs.models import WorkerHeartbeat
 from runs.storage import clock
+from runs.worker.db import lent_connection
 
 # A tree's heartbeat comes every 2 s (runs/worker/heartbeat.py); silent this long, its
 # code is taken for gone. Generous: a loaded machine delays a tree's tick by seconds.
@@ -63,7 +64,8 @@ def worker_codes(*, polling: bool = False) -> versions.Codes:
         live = _cache["live"] if time.monotonic() - _cache["at"] < REFRESH_SECONDS else None
     codes = None if live is None else _shared_codes(mine, live)
     if codes is None or (polling and codes.taken):
-        live = live_codes()
+        with lent_connection():
+            live = live_codes()
         with _lock:
             _cache.update(at=time.monotonic(), live=live)
         codes = _shared_codes(mine, live)

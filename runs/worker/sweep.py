@@ -45,8 +45,10 @@ def keep_duties(main: int, stop: threading.Event) -> None:
     """Worker 1's thread: the duties of the tree of `main` every SWEEP_INTERVAL until `stop`."""
     use_own_connection_in_this_thread()
     duties = Duties(main)
-    while not stop.wait(settings.AGENTOPS["SWEEP_INTERVAL"]):
+    while True:  # the first at once: the tree's row lists its workers from the start
         duties.tick()
+        if stop.wait(settings.AGENTOPS["SWEEP_INTERVAL"]):
+            break
     connection.close()
 
 

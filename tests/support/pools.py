@@ -15,6 +15,10 @@ def worker_pool(monkeypatch, settings, size: int, **agentops):
     for key in ("OPTIONS", "CONN_MAX_AGE", "CONN_HEALTH_CHECKS"):
         monkeypatch.setitem(db, key, db[key])
     inherited = len(worker_db._inherited)
+    # The process-wide state it sets (lending wrappers to threads) ends with the block.
+    monkeypatch.setattr(worker_db, "_pooled", dict(worker_db._pooled))
+    monkeypatch.setattr(worker_db, "_lendable", dict(worker_db._lendable))
+    monkeypatch.setattr(worker_db, "_idle_wrappers", type(worker_db._idle_wrappers)())
     assert worker_db.use_pool_in_this_process()
     try:
         yield

@@ -184,8 +184,11 @@ def line_writer(log_format: str):
         else:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{int(now % 1 * 1000):03d}"
             line = f"{stamp} {os.getpid()} agentops.tree {level.upper()} {message}"
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+        try:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+        except OSError:  # nobody reads the log any more: the watching goes on
+            pass
 
     return log
 

@@ -22,11 +22,11 @@ from tests.support.processes import wait_until
 # pooled connections are PostgreSQL's.
 
 FIRST, MORE = 50, 250
-# Measured on the bench machine (Python 3.11, Django 5.2): an idle tree 60-75 MiB (the
-# main and one worker, most of it shared), 52-56 KiB more per waiting run (its thread,
-# ~16 KiB, and ~19 KiB of Python objects: the engine's session, Django's wrapper of the
-# thread's connection; docs/workers.md). 55-67 KiB before the cursor of PgStore was kept
-# per connection instead of per thread.
+# Measured on the bench machine (Python 3.11, Django 5.2): an idle tree 57-61 MiB (the
+# main, a bare watcher, and one worker), 42-45 KiB more per waiting run (its thread,
+# ~16 KiB, and ~13 KiB of Python objects: the engine's session; docs/workers.md). 55-67
+# KiB before the cursor of PgStore was kept per connection instead of per thread, 47-50
+# before a thread borrowed Django's connection wrapper instead of keeping its own.
 IDLE_TREE_MIB = 84
 # The main once its workers are forked: a bare Python watching them (runs/worker/watcher.py),
 # 7-8 MiB, against 35-38 MiB when it kept Django (and the originals of every page its
@@ -34,7 +34,7 @@ IDLE_TREE_MIB = 84
 MAIN_MIB = 16
 PER_WAITING_RUN_KIB = 96
 # The worker's own threads besides its runs': the main thread, the lease keeper,
-# watch-main, the pool's scheduler and workers, a shutdown timer.
+# watch-main, the tree's duties (worker 1's), the pool's scheduler and workers.
 SUPPORT_THREADS = 10
 # Longer than the test: a held run's one call never ends while it is looked at. The tree
 # is killed at the end (SIGKILL), so no stop waits for the calls.

@@ -67,12 +67,19 @@ def store() -> ReleasingStore:
     return ReleasingStore(database_store(notify=notify_run))
 
 
-def work() -> None:
-    """A worker process's life, after its fork (its stop signals already handled:
-    install_signal_handlers): claim and run due runs until STOP, then wait for the held
-    runs to hand themselves back."""
+def prepare_process() -> None:
+    """A forked worker process's set-up, before any thread of its own starts: a thread
+    that asks for a connection of its own (the tree's duties, the lease keeper) gets one
+    only once the process has its pool, and took the pool's before (a connection it held
+    through a database failover went back to the pool as good: a run got it next)."""
     use_pool_in_this_process()
     _limit_malloc_arenas()
+
+
+def work() -> None:
+    """A worker process's life, after its fork and `prepare_process` (its stop signals
+    already handled: install_signal_handlers): claim and run due runs until STOP, then
+    wait for the held runs to hand themselves back."""
     RunSlots(settings.AGENTOPS["RUNS_PER_WORKER"]).serve()
 
 

@@ -109,6 +109,7 @@ def _name(duty) -> str:
 
 
 def _prune() -> None:
+    use_own_connection_in_this_thread()  # as the duties': a long prune holds no pooled one
     try:
         apply_retention()
     except Exception:  # noqa: BLE001 - the next interval tries again

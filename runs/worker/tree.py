@@ -78,6 +78,7 @@ def _worker_process(number: int, main: int) -> None:
         execute.install_signal_handlers(before_stop=lambda: record_stopping(main))
         signal.pthread_sigmask(signal.SIG_UNBLOCK, watcher.WATCHED)
         die_with_parent(main, signal.SIGTERM)
+        execute.prepare_process()
         roles.set_title(roles.WORKER, number)
         roles.mark(roles.WORKER)
         threading.Thread(target=watch_main, args=(main, settings.AGENTOPS["STOPPED_SECONDS"]),

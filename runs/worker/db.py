@@ -123,8 +123,8 @@ def pooled() -> bool:
 
 def _own_wrapper():
     """The wrapper this thread holds now, if any (asked without making one)."""
-    held = connections.all(initialized_only=True)
-    return held[0] if held else None
+    return next((wrapper for wrapper in connections.all(initialized_only=True)
+                 if wrapper.alias == DEFAULT_DB_ALIAS), None)
 
 
 @contextlib.contextmanager

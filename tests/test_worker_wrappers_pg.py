@@ -62,18 +62,24 @@ def test_run_threads_borrow_wrappers_and_keep_none(monkeypatch, settings):
         assert inner.most <= POOL + worker_db.WRAPPERS_OVER_POOL
 
 
-def test_a_thread_with_its_own_wrapper_uses_it_and_gives_it_back(monkeypatch, settings):
+def test_a_thread_with_its_own_wrapper_uses_it_and_keeps_it_closed(monkeypatch, settings):
+    """Django made it (an ORM query outside a store call): the store call uses it, its
+    connection goes back to the pool, and the wrapper stays the thread's, as Django and
+    whatever holds it expect (a test's transaction did: lent away, its connection was
+    left open past the test database's teardown)."""
     with pools.worker_pool(monkeypatch, settings, POOL):
         inner, seen = Inner(), {}
 
         def run():
             with connection.cursor() as cursor:  # an ORM query outside a store call
                 cursor.execute("SELECT 1")
-            seen["own"] = id(connections["default"])
+            own = connections["default"]
             worker_db.ReleasingStore(inner).get("r")
-            seen["after"] = connections.all(initialized_only=True)
+            seen.update(own=id(own), after=connections.all(initialized_only=True),
+                        connected=own.connection is not None)
 
         thread = threading.Thread(target=run)
         thread.start()
         thread.join(30)
-        assert inner.wrappers == {seen["own"]} and seen["after"] == []
+        assert inner.wrappers == {seen["own"]}
+        assert [id(w) for w in seen["after"]] == [seen["own"]] and not seen["connected"]

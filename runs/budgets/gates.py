@@ -15,6 +15,7 @@ from runs.durable.policies import approvals as a
 from runs.durable.policies import budget as b
 from runs.durable.policies import gates as g
 from runs.durable.registry import registry as default_registry
+from runs.worker.db import lent_connection
 
 from . import quotas
 from .book import OrmApprovalBook
@@ -125,8 +126,9 @@ def enabled_policies() -> dict[str, list[a.ApprovalRule]]:
             if _policies["at"] != at:  # read by the thread this one waited for
                 return _policies["by_tool"]
         by_tool = {}
-        for policy in ApprovalPolicy.objects.filter(enabled=True).select_related("group"):
-            by_tool.setdefault(policy.tool, []).append(policy.rule())
+        with lent_connection():  # a run's thread keeps no wrapper of its own for it
+            for policy in ApprovalPolicy.objects.filter(enabled=True).select_related("group"):
+                by_tool.setdefault(policy.tool, []).append(policy.rule())
         with _policies_lock:
             _policies.update(at=time.monotonic(), by_tool=by_tool)
         return by_tool

@@ -11,10 +11,10 @@ wrapped so that every call hands the connection back to the pool.
 Nor does a run's thread keep a Django connection wrapper between its calls: a wrapper
 (its operations, features, client and introspection objects) is ~5.6 KiB, and 1,000
 waiting runs held 1,000 of them. A thread that needs one borrows an idle one of the
-process (`lent_connection`, around every store call), and gives back whichever it has
-when it lets its connection go (`release_connection`, after every store call and
-before every tool call): a process keeps about as many wrappers as its threads use at
-once. Made and dropped per call instead, they cost more than they saved: each is a
+process (`lent_connection`, around every store call and the few reads of its own that
+a run's thread makes), and gives it back when it lets its connection go
+(`release_connection`, after every store call and before every tool call): a process
+keeps as many wrappers as its threads use at once. Made and dropped per call instead, they cost more than they saved: each is a
 cycle of objects that only the cyclic collector frees.
 
 SQLite has no pool: each thread keeps its own connection (a file handle).
@@ -31,6 +31,7 @@ import contextlib
 import logging
 import queue
 import threading
+import weakref
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections
@@ -49,10 +50,11 @@ RECONNECT_MAX_DELAY = 1.0
 _inherited = []
 _pooled = {"on": False}         # this process's threads share a pool (and wrappers)
 _idle_wrappers: queue.SimpleQueue = queue.SimpleQueue()
+_lendable_wrappers: weakref.WeakSet = weakref.WeakSet()  # made here, lent in turn
 # Lent at once: as many as the pool has connections, and a few more to wait on them. A
 # burst of 1,000 claims made 1,000 (each waiting for a connection in its store call).
 WRAPPERS_OVER_POOL = 4
-_lendable = {"slots": threading.BoundedSemaphore(1), "wait": 30.0, "kept": 1}
+_lendable = {"slots": threading.BoundedSemaphore(1), "wait": 30.0}
 
 
 def use_pool_in_this_process() -> bool:
@@ -79,8 +81,7 @@ def use_pool_in_this_process() -> bool:
     db["CONN_HEALTH_CHECKS"] = False
     _pooled["on"] = True
     _lendable.update(slots=threading.BoundedSemaphore(size + WRAPPERS_OVER_POOL),
-                     wait=settings.AGENTOPS["WORKER_DB_POOL_TIMEOUT"],
-                     kept=size + WRAPPERS_OVER_POOL)
+                     wait=settings.AGENTOPS["WORKER_DB_POOL_TIMEOUT"])
     return True
 
 
@@ -144,6 +145,7 @@ def lent_connection():
         params = connections.settings[DEFAULT_DB_ALIAS]  # the process's, with its pool
         wrapper = load_backend(params["ENGINE"]).DatabaseWrapper(params, DEFAULT_DB_ALIAS)
         wrapper.inc_thread_sharing()  # used by one thread at a time, many in turn
+        _lendable_wrappers.add(wrapper)
     connections[DEFAULT_DB_ALIAS] = wrapper
     try:
         yield
@@ -156,8 +158,8 @@ def lent_connection():
 
 
 def release_connection() -> None:
-    """Give this thread's connection back to the pool (outside a transaction), and its
-    wrapper to the process's idle ones (not a thread's own, outside the pool)."""
+    """Give this thread's connection back to the pool (outside a transaction), and a
+    wrapper it borrowed to the process's idle ones."""
     wrapper = _pooled_wrapper()
     if wrapper is not None and not wrapper.in_atomic_block:
         _give_back(wrapper)
@@ -172,14 +174,15 @@ def _pooled_wrapper():
 
 
 def _give_back(wrapper) -> None:
+    """The connection back to the pool; a borrowed wrapper back to the idle ones. A
+    thread's own (Django made it: an ORM query outside a store call) stays the thread's,
+    as Django and whatever holds it expect (a test's transaction did)."""
     wrapper.close()
+    if wrapper not in _lendable_wrappers:
+        return
     del connections[DEFAULT_DB_ALIAS]
     # One closed inside a transaction is marked for a rollback: no other thread gets it.
-    # Beyond the lendable ones (a thread made its own: an ORM query outside a store
-    # call), it is dropped.
-    if not wrapper.in_atomic_block and _idle_wrappers.qsize() < _lendable["kept"]:
-        if not wrapper.allow_thread_sharing:
-            wrapper.inc_thread_sharing()
+    if not wrapper.in_atomic_block:
         _idle_wrappers.put(wrapper)
 
 

@@ -19,6 +19,7 @@ def worker_pool(monkeypatch, settings, size: int, **agentops):
     monkeypatch.setattr(worker_db, "_pooled", dict(worker_db._pooled))
     monkeypatch.setattr(worker_db, "_lendable", dict(worker_db._lendable))
     monkeypatch.setattr(worker_db, "_idle_wrappers", type(worker_db._idle_wrappers)())
+    monkeypatch.setattr(worker_db, "_lendable_wrappers", type(worker_db._lendable_wrappers)())
     assert worker_db.use_pool_in_this_process()
     try:
         yield

@@ -59,10 +59,6 @@ class ChatHistory(Agent):
         return state
 
 
-def table_bytes() -> int:
-    return sizes.table_bytes(TABLES)
-
-
 def chat_run(steps: int) -> str:
     store = database_store()
     run = control.launch(store, agent="chat_history", inputs={"n": steps}, registry=REG)
@@ -79,9 +75,9 @@ def stored(steps: int) -> tuple[int, str]:
     as the two ids fell: 819 or 983 B a step, and CI once 1,024)."""
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(TABLES)}")
-    before = table_bytes()
+    before = sizes.table_bytes(TABLES)
     run_id = chat_run(steps)
-    return table_bytes() - before, run_id
+    return sizes.table_bytes(TABLES) - before, run_id
 
 
 def test_a_chat_step_stores_about_twice_its_message():

@@ -11,7 +11,7 @@ from django.db import connection
 from bench.compare import agents
 from runs.durable import WorkerConfig, control, execute_run
 from runs.models import Effect, Run
-from runs.storage import database_store, sizes
+from runs.storage import database_store
 from runs.storage.orm import OrmStore
 
 TABLES = ("runs_run", "runs_checkpoint", "runs_effect", "runs_runevent")
@@ -71,12 +71,6 @@ def abandon(run_ids: list[str]) -> None:
     """After a window with the cluster stopped: end the bench's unfinished runs."""
     Run.objects.filter(pk__in=run_ids).exclude(status="succeeded").update(
         status="cancelled", lease_owner=None, lease_expires_at=None, enqueued_at=None)
-
-
-# --- sizes --------------------------------------------------------------------------------
-def table_bytes(tables=TABLES, schema: str = "public", forks=("main",)) -> int:
-    """runs/storage/sizes.py's, of the bench's tables by default."""
-    return sizes.table_bytes(tables, schema, forks)
 
 
 def truncate(tables: list[str]) -> None:

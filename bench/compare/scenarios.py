@@ -106,17 +106,18 @@ def _marginal(run, tables: list[str], n: int, base: int) -> tuple[float, float, 
     of base+n steps minus those of a run of base steps, over n. What n more steps store,
     without what any run costs once (its first snapshot, the first pages of each table and
     index in emptied tables: a run row alone took 80 KiB, 410 B a step of a 200-step run).
-    The free-space and visibility maps, a table's and not its rows' (ours.table_bytes),
+    The free-space and visibility maps, a table's and not its rows' (runs/storage/sizes.py),
     are measured apart and only shown."""
     from bench.compare import ours
+    from runs.storage.sizes import table_bytes
 
     sizes, maps = [], []
     for steps in (base, base + n):
         ours.truncate(tables)
-        before = ours.table_bytes(tables), ours.table_bytes(tables, forks=("fsm", "vm"))
+        before = table_bytes(tables), table_bytes(tables, forks=("fsm", "vm"))
         elapsed = run(steps)
-        sizes.append(ours.table_bytes(tables) - before[0])
-        maps.append(ours.table_bytes(tables, forks=("fsm", "vm")) - before[1])
+        sizes.append(table_bytes(tables) - before[0])
+        maps.append(table_bytes(tables, forks=("fsm", "vm")) - before[1])
     return (sizes[1] - sizes[0]) / n, (base + n) / elapsed, (maps[1] - maps[0]) / n
 
 

@@ -160,12 +160,13 @@ def is_stopped(pid: int) -> bool:
         return False
 
 
-def send(pid: int, sig: int) -> None:
-    """A signal to a process that may have ended meanwhile."""
+def send(pid: int, sig: int) -> bool:
+    """A signal to a process that may have ended meanwhile: False if it had."""
     try:
         os.kill(pid, sig)
     except ProcessLookupError:
-        pass
+        return False
+    return True
 
 
 def line_writer(log_format: str):
@@ -187,8 +188,8 @@ def line_writer(log_format: str):
         try:
             sys.stderr.write(line + "\n")
             sys.stderr.flush()
-        except OSError:  # nobody reads the log any more: the watching goes on
-            pass
+        except OSError:  # nobody reads the log any more (not contextlib: its imports)
+            return  # the watching goes on
 
     return log
 

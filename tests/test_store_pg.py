@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 
 from runs.durable import control
 from runs.durable import records as r
-from runs.durable.errors import FencedError
+from runs.durable.errors import FencedError, StoreFailure
 from runs.durable.faults import InjectedFault, faults
 from runs.models import Checkpoint, Run, RunEvent
 from runs.storage import database_store, pg_statements
@@ -312,3 +312,43 @@ def test_statements_on_a_connection_share_its_cursor_whichever_thread_sends_them
         fresh = getattr(connection.connection, pg_statements.KEPT_CURSOR)
         assert fresh is not kept and fresh.connection is connection.connection
     assert Run.objects.get(pk=run_id).step_no == 3
+
+
+def test_a_new_effect_is_a_plain_insert_and_a_write_again_an_upsert(claimed, statements):
+    """A record the engine made and no commit carried yet (EffectRecord.unwritten) has no
+    row: PgStore writes it with a plain INSERT (no speculative insertion). The next
+    write of the same position (the outcome after its intent) updates the row. The
+    journal marks a record written once a commit carried it, even one that failed
+    (it may have landed): a new record written again would fail on the position's key."""
+    from runs.durable.journal import Journal
+    from runs.durable.lease import LeaseState
+
+    store, run_id, epoch = claimed
+    run = store.load(run_id).run
+    journal = Journal(store, run, LeaseState(run_id, epoch, "w1", time.time() + 30, None), 30)
+    intent = r.EffectRecord(branch=1, step_no=1, seq=0, kind=r.CALL, tool="tests.charge",
+                            digest="d", key=f"{run_id}:1:1:0", idempotent=False,
+                            status=r.INTENT, unwritten=True)
+    journal.log_effect(intent)
+    assert not intent.unwritten
+    intent.succeed({"charged": 1}, at=time.time())
+    journal.log_effect(intent)
+    fresh = r.EffectRecord(branch=1, step_no=1, seq=1, kind=r.CALL, tool="tests.bump",
+                           digest="d", key=f"{run_id}:1:1:1", idempotent=True, status=r.DONE,
+                           result=2, unwritten=True)
+    journal.log_effect(fresh)
+    if ON_POSTGRESQL:
+        assert ["ON CONFLICT" in sql for sql in statements] == [False, True, False]
+    assert [(e.seq, e.status, e.result) for e in store.load(run_id).effects] == [
+        (0, r.DONE, {"charged": 1}), (1, r.DONE, 2)]
+    if not ON_POSTGRESQL:
+        return  # OrmStore writes every effect by its position, new or not
+    again = r.EffectRecord(branch=1, step_no=1, seq=1, kind=r.CALL, tool="tests.bump",
+                           digest="d", key=f"{run_id}:1:1:1", idempotent=True, status=r.DONE,
+                           result=3, unwritten=True)
+    with pytest.raises(StoreFailure):  # a position written before is never "unwritten"
+        journal.log_effect(again)
+    assert not again.unwritten  # the failed commit may have landed: an upsert next time
+    journal.commit(r.Commit())  # the record, still buffered, goes again: an upsert
+    assert "ON CONFLICT" in statements[-1]
+    assert store.load(run_id).effects[1].result == 3

@@ -27,7 +27,7 @@ move an effect through these methods only.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ApprovalDeniedError, CallRefusedError, DurableError, ToolFailedError
@@ -119,6 +119,11 @@ class EffectRecord:
     # upgrade moves, under its own key, to the position where the new code asks for it
     # again; a store writes it by its key.
     moved_from: tuple[int, int, int] | None = None
+    # Not stored: made here and carried by no commit yet, so no row holds its position (a
+    # claim fences off every older owner's write: runs/storage/pg.py CLAIM_LOAD_SQL), and
+    # a store may write it with a plain INSERT, not an upsert. A record read from a store,
+    # or copied from one, may have a row: False.
+    unwritten: bool = field(default=False, compare=False, repr=False)
 
     @property
     def position(self) -> tuple[int, int, int]:

@@ -135,3 +135,6 @@ class Journal:
                 self._events = buffered_events + self._events
                 self._progress = self._progress if self._progress.fields() else progress
             raise
+        finally:
+            for record in commit.effects:  # landed, or may have: written again, an upsert
+                record.unwritten = False

@@ -81,7 +81,7 @@ class Step:
             digest=digest(name, args, kwargs),
             key=idempotency_key(self.run_id, branch, step_no, seq),
             idempotent=bool(tool and tool.idempotent), status=r.INTENT,
-            args_preview=preview(args, kwargs), worker=self.host.owner,
+            args_preview=preview(args, kwargs), worker=self.host.owner, unwritten=True,
         )
 
     def gates(self, tool: Tool, record: r.EffectRecord, args, kwargs) -> CallGates:

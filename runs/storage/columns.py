@@ -21,8 +21,9 @@ from runs.durable import records as r
 from runs.durable import serde
 from runs.models import Effect, Run
 
-# `args` and `moved_from` are the engine's own, not stored.
-EFFECT_FIELDS = tuple(f.name for f in fields(r.EffectRecord) if f.name not in ("args", "moved_from"))
+# `args`, `moved_from` and `unwritten` are the engine's own, not stored.
+EFFECT_FIELDS = tuple(f.name for f in fields(r.EffectRecord)
+                      if f.name not in ("args", "moved_from", "unwritten"))
 # What a later write at the same position (the outcome after the intent) rewrites.
 EFFECT_OUTCOME = ("status", "result", "error", "attempts", "finished_at", "resolution",
                   "superseded", "worker", "started_at", "epoch", "usage")

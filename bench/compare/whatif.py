@@ -11,9 +11,10 @@ the store's calls against one-statement prototypes that write the same rows.
    runs/storage/pg.py now claims so (with the plan fixes its comments explain); the
    store's load() is still three SELECTs.
 
-3. An effect's commit, server side: the store's statement against the same statement
-   without its event row, without its ON CONFLICT, without both, and the floor (issue 32's no-op
-   row: what each part costs before anyone removes it).
+3. An effect's commit, server side: the store's statement (a new call's effect row is a
+   plain INSERT) against the same statement without its event row, with the upsert an
+   outcome after its intent takes, and the floor (issue 32's no-op row: what each part
+   costs).
 
 1 and 2 are implemented now: "today" below is the store as it is, so the ratios only
 show what is left. bench/results/profile.txt keeps the figures from before.
@@ -195,14 +196,13 @@ def effect_indexes() -> None:
 
 def effect_statement_parts(effects: int = 1000, rounds: int = 6) -> None:
     """What the parts of a no-op effect's commit cost on the server: the statement the
-    store sends (run row, effect row, event row), the same without its event row, the same
-    with a plain INSERT for the effect (no ON CONFLICT: a new idempotent call has no
-    intent row to update), and the floor. The statements are those of a real run of
-    `effects` no-op effects, captured as PgStore sends them and sent again from a bare
-    psycopg connection (autocommit, prepared), so the client's own work is left out; the
-    run's effects and events are deleted and the tables vacuumed before each block."""
-    import re
-
+    store sends (run row, effect row as a plain INSERT, event row), the same without its
+    event row, the same with the upsert of an effect written before (ON CONFLICT ... DO
+    UPDATE: an outcome after its intent), and the floor. The statements are those of a
+    real run of `effects` no-op effects, captured as PgStore sends them and sent again
+    from a bare psycopg connection (autocommit, prepared), so the client's own work is
+    left out; the run's effects and events are deleted and the tables vacuumed before
+    each block."""
     import psycopg
     from django.db import connection
 
@@ -228,13 +228,13 @@ def effect_statement_parts(effects: int = 1000, rounds: int = 6) -> None:
     events_from, events_to = sql.index(", ev AS ("), sql.index(" SELECT epoch, event_seq")
     event_params = 5  # run_id, created_at, and the event's (ord, kind, data): _events_params
     no_event = sql[:events_from] + sql[events_to:]
-    upsert = r" ON CONFLICT \(run_id, branch, step_no, seq\) DO UPDATE SET [^)]*\)"
-    no_upsert, neither = re.sub(upsert, ")", sql), re.sub(upsert, ")", no_event)
+    plain, upsert = (pg._effects_cte("eff", 1, upsert=u) for u in (False, True))
+    if plain not in sql:
+        raise RuntimeError("a new call's effect is not written with a plain INSERT")
     variants = {
         "the store's statement": lambda p: (sql, p),
         "without its event row": lambda p: (no_event, p[:-event_params]),
-        "a plain INSERT of the effect": lambda p: (no_upsert, p),
-        "both": lambda p: (neither, p[:-event_params]),
+        "with an upsert of the effect": lambda p: (sql.replace(plain, upsert), p),
     }
     db = connection.settings_dict
     with psycopg.connect(dbname=db["NAME"], user=db["USER"], password=db["PASSWORD"],

@@ -313,8 +313,9 @@ def _run_params(run_id: str, epoch: int, changes: dict, shape: CommitShape,
 def _effects_cte(name: str, count: int, *, upsert: bool) -> str:
     # Typed VALUES rather than jsonb_to_recordset: the planner costs a set-returning
     # function at 100 rows and the statement took 60% longer (measured). A record no
-    # commit carried yet has no row (EffectRecord.unwritten): a plain INSERT, without the
-    # speculative insertion of ON CONFLICT (a no-op effect's statement 9% faster, measured).
+    # commit carried yet has no row (EffectRecord.unwritten): a plain INSERT, without
+    # the speculative insertion of ON CONFLICT (6% of a no-op effect's statement:
+    # docs/writes.md).
     conflict = (f" ON CONFLICT (run_id, branch, step_no, seq) DO UPDATE SET {EFFECT_UPDATES}"
                 if upsert else "")
     return (f"{name} AS (INSERT INTO runs_effect (run_id, {', '.join(columns.EFFECT_FIELDS)}) "

@@ -26,7 +26,7 @@ import httpx
 import psutil
 import pytest
 
-from runs.live.shutdown import CLOSE_SERVICE_RESTART
+from runs.live.shutdown import CLOSE_NOT_ANSWERED, CLOSE_SERVICE_RESTART
 from sandbox.logs import SandboxAnswers
 from tests.support.live_sockets import close_codes
 from tests.support.processes import (
@@ -41,8 +41,11 @@ from tests.support.processes import (
 
 pytestmark = pytest.mark.sqlite  # bin/serve is the SQLite default (tests/conftest.py)
 
-WEB_STOPS_WITHIN_SECONDS = 3.0
-ALL_STOP_WITHIN_SECONDS = 5.0  # the worker hands its runs back first
+# Hang bounds, not speed claims: a clean stop waits on nothing, and a stop that waits on
+# a page's reply says so (CLOSE_NOT_ANSWERED, asserted absent below). On CI's loaded cores
+# Daphne's exit alone, after the sockets are closed, once took more than 3 s.
+WEB_STOPS_DEADLINE = 30.0
+ALL_STOP_DEADLINE = 60.0  # the worker hands its runs back first
 
 
 def serve(tmp_path, port: int) -> subprocess.Popen:
@@ -180,13 +183,14 @@ def test_bin_serve_on_its_port_and_a_clean_stop(tmp_path):
                             lambda: proc.send_signal(signal.SIGTERM))
         assert codes == [CLOSE_SERVICE_RESTART]
         try:
-            wait_until(lambda: all(map(exited, daphne)), WEB_STOPS_WITHIN_SECONDS)
+            wait_until(lambda: all(map(exited, daphne)), WEB_STOPS_DEADLINE)
         except AssertionError:
             raise AssertionError(f"Daphne still running after SIGTERM:\n{output()[-3000:]}") from None
         try:
-            proc.wait(ALL_STOP_WITHIN_SECONDS)
+            proc.wait(ALL_STOP_DEADLINE)
         except subprocess.TimeoutExpired:
             raise AssertionError(f"bin/serve still running:\n{output()[-3000:]}") from None
+        assert CLOSE_NOT_ANSWERED.split("%")[0] not in output(), output()[-3000:]
     finally:
         client.close()
         if proc.poll() is None:

@@ -48,16 +48,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05, message: str = ""):
-    """Poll `predicate` until it returns a truthy value; fail with `message` after `timeout`."""
+# Without an interval of its own a wait polls at once, then less and less often, up to
+# POLL_AT_MOST: most waits are over in a moment, and a long one (a run's whole work, a
+# tree's start) polling 20 times a second cost CI's CPU-bound passes a query or a page
+# of the server each time, for thousands of seconds of waits in all.
+POLL_FIRST, POLL_GROWTH, POLL_AT_MOST = 0.05, 1.5, 0.25
+
+
+def wait_until(predicate, timeout: float = 30.0, interval: float | None = None,
+               message: str = ""):
+    """Poll `predicate` until it returns a truthy value; fail with `message` after
+    `timeout`. `interval`: poll at that fixed pace (a test that acts at a moment)."""
     deadline = time.monotonic() + timeout
+    pause = interval or POLL_FIRST
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {message or predicate}")
-        time.sleep(interval)
+        time.sleep(pause)
+        if interval is None:
+            pause = min(pause * POLL_GROWTH, POLL_AT_MOST)
 
 
 def process_env(**extra) -> dict:

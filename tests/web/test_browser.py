@@ -15,7 +15,7 @@ from runs import services
 from runs.live.shutdown import CLOSE_SERVICE_RESTART
 from runs.models import Checkpoint, Run, RunEvent
 from tests.support.processes import Server, wait_until
-from tests.web.conftest import head, log_in, screenshot, wait_caught_up, wait_drawn
+from tests.web.conftest import POLL_MS, head, log_in, screenshot, wait_caught_up, wait_drawn
 
 pytestmark = [pytest.mark.browser, pytest.mark.services]
 
@@ -97,10 +97,10 @@ def test_launch_watch_leave_rejoin_and_survive_a_daphne_restart(users, server, s
 
     # progress advances by itself
     page.wait_for_function("() => Number(document.querySelector('#run-progress .progress')"
-                           ".getAttribute('aria-valuenow')) >= 5")
+                           ".getAttribute('aria-valuenow')) >= 5", polling=POLL_MS)
     first = progress(page)
     page.wait_for_function(f"() => Number(document.querySelector('#run-progress .progress')"
-                           f".getAttribute('aria-valuenow')) > {first}")
+                           f".getAttribute('aria-valuenow')) > {first}", polling=POLL_MS)
     assert page.inner_text("#run-rate") != "—"
     assert page.inner_text("#run-eta").startswith("≈")
     assert_no_gap_no_duplicate(page, run_id)
@@ -128,7 +128,7 @@ def test_launch_watch_leave_rejoin_and_survive_a_daphne_restart(users, server, s
     bar = f"#run-row-{run_id} .progress"
     before = int(listing.get_attribute(bar, "aria-valuenow"))
     listing.wait_for_function(f"() => Number(document.querySelector('{bar}')"
-                              f".getAttribute('aria-valuenow')) > {before}")
+                              f".getAttribute('aria-valuenow')) > {before}", polling=POLL_MS)
     for other in others:
         assert listing.locator(f"#run-row-{other}").count() == 1
     wait_until(lambda: Run.objects.get(pk=others[1]).status == "waiting", 20)
@@ -150,7 +150,7 @@ def test_launch_watch_leave_rejoin_and_survive_a_daphne_restart(users, server, s
     # It says why, between attempts and while one runs (it said a bare "reconnecting…"
     # while each attempt ran, and a test that read it then failed)
     page.wait_for_function("() => window.indicatorTexts.some("
-                           "t => t.includes('reconnecting') && !t.includes('retry in'))")
+                           "t => t.includes('reconnecting') && !t.includes('retry in'))", polling=POLL_MS)
     reconnecting = [text for text in page.evaluate("window.indicatorTexts")
                     if "reconnecting" in text]
     assert all("server restarting" in text for text in reconnecting), reconnecting

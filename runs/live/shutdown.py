@@ -25,7 +25,7 @@ import weakref
 CLOSE_SERVICE_RESTART = 4012
 CLOSE_WAIT_SECONDS = 10.0  # a page replies at once; a browser at a load of 14 took over 3 s
 # Said when a page's reply did not come within CLOSE_WAIT_SECONDS: the one way this
-# shutdown waits longer than the pages make it (tests/test_serve.py looks for it).
+# shutdown waits longer than the pages make it (the stop tests assert it absent).
 CLOSE_NOT_ANSWERED = "a live socket did not answer its close (4012) within %.0f s: dropping it"
 
 logger = logging.getLogger("agentops.live")

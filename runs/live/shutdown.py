@@ -26,7 +26,8 @@ CLOSE_SERVICE_RESTART = 4012
 CLOSE_WAIT_SECONDS = 10.0  # a page replies at once; a browser at a load of 14 took over 3 s
 # Said when a page's reply did not come within CLOSE_WAIT_SECONDS: the one way this
 # shutdown waits longer than the pages make it (the stop tests assert it absent).
-CLOSE_NOT_ANSWERED = "a live socket did not answer its close (4012) within %.0f s: dropping it"
+CLOSE_NOT_ANSWERED = (f"a live socket did not answer its close (4012) within "
+                      f"{CLOSE_WAIT_SECONDS:.0f} s: dropping it")
 
 logger = logging.getLogger("agentops.live")
 
@@ -91,7 +92,7 @@ async def _wait_for_reply(reply) -> None:
     try:
         await asyncio.wait_for(reply, CLOSE_WAIT_SECONDS)
     except TimeoutError:
-        logger.warning(CLOSE_NOT_ANSWERED, CLOSE_WAIT_SECONDS)
+        logger.warning(CLOSE_NOT_ANSWERED)
 
 
 async def _disconnected(receive) -> None:

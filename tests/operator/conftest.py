@@ -15,7 +15,7 @@ from runs.operator.groups import ensure_operators_group
 from tests.operator import agents
 from tests.support.processes import wait_until
 from tests.web.conftest import (  # noqa: F401 (fixtures)
-    POLL_MS,
+    ask_page,
     browser,
     log_in,
     new_context,
@@ -119,7 +119,7 @@ def wait_quiet(page) -> None:
     in. Before acting on a partial that a live refresh replaces (the dashboard's table,
     the attention list): nothing replaces it under the action unless something changes."""
     page.wait_for_selector(LIVE)
-    page.wait_for_function(QUIET, polling=POLL_MS)
+    ask_page(page, QUIET)
 
 
 def wait_shown(page, run_id: str, status: str, timeout: float = 20) -> None:

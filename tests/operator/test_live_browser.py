@@ -9,7 +9,7 @@ import pytest
 from runs import services
 from runs.durable import Outcome
 from tests.operator.conftest import LIVE, drive, launch
-from tests.web.conftest import POLL_MS, screenshot, wait_caught_up
+from tests.web.conftest import ask_page, screenshot, wait_caught_up
 
 pytestmark = [pytest.mark.services, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 POLL_SECONDS = 0.4   # the fallback's period here: a poll, had there been one, comes fast
@@ -51,7 +51,7 @@ def row_status(page, run_id, status):
 def wait_ticks(page, ticks: int) -> None:
     """The fallback timer went round `ticks` times (an arrow function: the page's
     Content-Security-Policy refuses an expression evaluated again at each poll)."""
-    page.wait_for_function("(n) => window.opsLive.ticks >= n", arg=ticks, polling=POLL_MS)
+    ask_page(page, "(n) => window.opsLive.ticks >= n", arg=ticks)
 
 
 def test_the_dashboard_and_a_run_page_update_over_the_websocket(operator_page, server, users):

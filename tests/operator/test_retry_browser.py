@@ -7,7 +7,7 @@ from runs.durable import Outcome
 from runs.models import AuditEntry, Run
 from tests.operator.conftest import drive, launch
 from tests.operator.test_retry_actions import OUTAGE
-from tests.web.conftest import POLL_MS
+from tests.web.conftest import ask_page
 
 pytestmark = [pytest.mark.services, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -24,9 +24,9 @@ def test_the_countdown_runs_and_retry_now_wakes_the_run(operator_page, server, u
     first = int(page.inner_text("#run-summary .retry-countdown"))
     # the countdown's own timer ticks once a second (static/js/countdown.js): the context's
     # deadline is twenty of its ticks
-    page.wait_for_function(
-        "n => parseInt(document.querySelector('#run-summary .retry-countdown').textContent) < n",
-        arg=first, polling=POLL_MS)
+    ask_page(page,
+             "n => parseInt(document.querySelector('#run-summary .retry-countdown').textContent) < n",
+             arg=first)
 
     page.fill('#action-form input[name="reason"]', "the site is back")
     with page.expect_navigation():

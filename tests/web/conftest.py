@@ -131,10 +131,18 @@ def browser_context(browser):
 
 
 # --- the page's own signal that a live update has been applied (static/js/live.js) ------------
-# How often a wait_for_function asks the page: Playwright's default asks at every animation
-# frame, which keeps Chromium drawing 60 frames a second for as long as the wait lasts
-# (0.07-0.2 of a core, measured, against 0.01 at this pace) on CI's CPU-bound passes.
+# How often a wait asks the page: Playwright's default asks at every animation frame, which
+# keeps Chromium drawing 60 frames a second for as long as the wait lasts (0.07-0.2 of a
+# core, measured, against 0.01 at this pace) on CI's CPU-bound passes.
 POLL_MS = 100
+
+
+def ask_page(page, expression: str, arg=None, **options):
+    """Playwright's wait_for_function, asking the page every POLL_MS unless told."""
+    options.setdefault("polling", POLL_MS)
+    return page.wait_for_function(expression, arg=arg, **options)
+
+
 DRAWN_AT = """([selector, seq]) => [...document.querySelectorAll(selector)]
     .some((e) => Number(e.dataset.liveSeq) >= seq)"""
 # An arrow function, never a bare expression: Playwright evaluates a bare one again at each
@@ -151,8 +159,8 @@ def wait_drawn(page, seq: int, selector: str = "#run-page", timeout: float | Non
     """Wait until `selector` (the run page, a row of the run list, the operator run page's
     #run-poller) shows the run's events up to `seq` with what they made stale redrawn:
     the page's own signal, data-live-seq. Without `timeout`, the context's default."""
-    page.wait_for_function(DRAWN_AT, arg=[selector, seq],
-                           timeout=None if timeout is None else timeout * 1000, polling=POLL_MS)
+    ask_page(page, DRAWN_AT, arg=[selector, seq],
+                   timeout=None if timeout is None else timeout * 1000)
 
 
 def wait_caught_up(page, run_id: str, selector: str = "#run-page") -> int:
@@ -171,7 +179,7 @@ def applied_count(page) -> int:
 
 def wait_applied_after(page, count: int) -> None:
     """Wait until the page has applied a live update after the `count`-th."""
-    page.wait_for_function(APPLIED_MORE, arg=count, polling=POLL_MS)
+    ask_page(page, APPLIED_MORE, arg=count)
 
 
 def wait_in_browser(page, predicate, what: str, timeout: float = 20) -> None:

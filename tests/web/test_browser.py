@@ -15,7 +15,7 @@ from runs import services
 from runs.live.shutdown import CLOSE_SERVICE_RESTART
 from runs.models import Checkpoint, Run, RunEvent
 from tests.support.processes import Server, wait_until
-from tests.web.conftest import POLL_MS, head, log_in, screenshot, wait_caught_up, wait_drawn
+from tests.web.conftest import ask_page, head, log_in, screenshot, wait_caught_up, wait_drawn
 
 pytestmark = [pytest.mark.browser, pytest.mark.services]
 
@@ -96,11 +96,11 @@ def test_launch_watch_leave_rejoin_and_survive_a_daphne_restart(users, server, s
     others = launch_neighbours(users["alice"])  # so the run list has some company
 
     # progress advances by itself
-    page.wait_for_function("() => Number(document.querySelector('#run-progress .progress')"
-                           ".getAttribute('aria-valuenow')) >= 5", polling=POLL_MS)
+    ask_page(page, "() => Number(document.querySelector('#run-progress .progress')"
+                   ".getAttribute('aria-valuenow')) >= 5")
     first = progress(page)
-    page.wait_for_function(f"() => Number(document.querySelector('#run-progress .progress')"
-                           f".getAttribute('aria-valuenow')) > {first}", polling=POLL_MS)
+    ask_page(page, f"() => Number(document.querySelector('#run-progress .progress')"
+                   f".getAttribute('aria-valuenow')) > {first}")
     assert page.inner_text("#run-rate") != "—"
     assert page.inner_text("#run-eta").startswith("≈")
     assert_no_gap_no_duplicate(page, run_id)
@@ -127,8 +127,8 @@ def test_launch_watch_leave_rejoin_and_survive_a_daphne_restart(users, server, s
     listing.wait_for_selector(LIVE)
     bar = f"#run-row-{run_id} .progress"
     before = int(listing.get_attribute(bar, "aria-valuenow"))
-    listing.wait_for_function(f"() => Number(document.querySelector('{bar}')"
-                              f".getAttribute('aria-valuenow')) > {before}", polling=POLL_MS)
+    ask_page(listing, f"() => Number(document.querySelector('{bar}')"
+                      f".getAttribute('aria-valuenow')) > {before}")
     for other in others:
         assert listing.locator(f"#run-row-{other}").count() == 1
     wait_until(lambda: Run.objects.get(pk=others[1]).status == "waiting", 20)
@@ -149,8 +149,8 @@ def test_launch_watch_leave_rejoin_and_survive_a_daphne_restart(users, server, s
         str(CLOSE_SERVICE_RESTART)
     # It says why, between attempts and while one runs (it said a bare "reconnecting…"
     # while each attempt ran, and a test that read it then failed)
-    page.wait_for_function("() => window.indicatorTexts.some("
-                           "t => t.includes('reconnecting') && !t.includes('retry in'))", polling=POLL_MS)
+    ask_page(page, "() => window.indicatorTexts.some("
+                   "t => t.includes('reconnecting') && !t.includes('retry in'))")
     reconnecting = [text for text in page.evaluate("window.indicatorTexts")
                     if "reconnecting" in text]
     assert all("server restarting" in text for text in reconnecting), reconnecting

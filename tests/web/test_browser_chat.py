@@ -17,7 +17,7 @@ from runs.models import Effect, Run
 from sandbox.models import LlmCall
 from tests.crash.helpers import holder_pid
 from tests.support.processes import wait_until
-from tests.web.conftest import log_in, new_context, screenshot, wait_caught_up
+from tests.web.conftest import ask_page, log_in, new_context, screenshot, wait_caught_up
 
 # The runs' own work sets these tests' pace (a worker tree started by each, the assistant's
 # calls through the sandbox, an answer streamed a token at a time): pytest-timeout's cap
@@ -100,7 +100,7 @@ def test_a_page_reopened_mid_answer_shows_it_whole_each_character_once(
     page, errors = open_run(context, server, run.pk)
     start_cluster(workers=1, AGENTOPS_SANDBOX_URL=f"{server.url}/sandbox")  # the page watches
     streamed(run, 2)  # the answer is streaming
-    before_close = page.wait_for_function(STREAMING, arg=8, polling=50).json_value()
+    before_close = ask_page(page, STREAMING, arg=8, polling=50).json_value()
     page.close()
     # the answer goes on while nobody watches
     streamed(run, run.events.filter(kind="stream").count() + 2)
@@ -127,7 +127,7 @@ def test_a_page_reopened_mid_answer_shows_it_whole_each_character_once(
     page.click("#chat-form button[type=submit]:not([name])")
     page.wait_for_selector("#panel-conversation .msg-user >> text=And a <b>city</b>?")
     streamed(run, first_answer + 2)  # the second answer is streaming
-    page.wait_for_function(STREAMING, arg=8, polling=50)
+    ask_page(page, STREAMING, arg=8, polling=50)
     screenshot(page, "conversation")
     assert not errors, errors
 

@@ -19,7 +19,7 @@ from runs import services
 from runs.models import Run, RunEvent
 from tests.support.processes import wait_until
 from tests.web.conftest import (
-    POLL_MS,
+    ask_page,
     head,
     log_in,
     new_context,
@@ -111,9 +111,9 @@ def test_panels_made_stale_while_a_checkpoint_loads_are_not_dropped(
     wait_in_browser(page, lambda: loading, "the checkpoint request")
 
     services.run_cancel(run_id=run.pk, user=users["alice"], reason="enough")
-    page.wait_for_function("() => window.panelCalls.some(p => p.includes('p=actions'))", polling=POLL_MS)
+    ask_page(page, "() => window.panelCalls.some(p => p.includes('p=actions'))")
     append_effect_event(run.pk, 15)
-    page.wait_for_function("() => window.panelCalls.some(p => p.includes('p=effects'))", polling=POLL_MS)
+    ask_page(page, "() => window.panelCalls.some(p => p.includes('p=effects'))")
     loading[0].continue_()
     page.wait_for_selector("#checkpoint-state h3")
     wait_caught_up(page, run.pk)  # every panel the cancel and the effect made stale, redrawn
@@ -209,11 +209,11 @@ def test_the_page_signals_an_event_once_the_panels_it_made_stale_are_redrawn(
         return int(page.get_attribute("#run-page", "data-live-seq"))
 
     append_effect_event(run_id, 1)  # the effects panel is stale
-    page.wait_for_function(LOG_HAS, arg=head(run_id), polling=POLL_MS)  # its line is drawn at once
+    ask_page(page, LOG_HAS, arg=head(run_id))  # its line is drawn at once
     wait_in_browser(page, lambda: held, "the refresh of the effects panel")
     assert signal() == before
     seq = append_log_event(run_id)  # no panel: drawn at once, but the effect's is still out
-    page.wait_for_function(LOG_HAS, arg=seq, polling=POLL_MS)
+    ask_page(page, LOG_HAS, arg=seq)
     assert signal() == before
     held[0].fulfill(status=503, body="the database is unavailable")
     wait_in_browser(page, lambda: len(held) == 2, "the refresh asked for again")
@@ -268,7 +268,7 @@ def test_the_signal_follows_a_run_that_keeps_making_panels_stale(users, server,
             if int(page.get_attribute("#run-page", "data-live-seq")) >= moved:
                 break
             drawn = int(page.get_attribute("#run-page", "data-last-seq"))
-            page.wait_for_function(LOG_HAS, arg=drawn + 1, polling=POLL_MS)
+            ask_page(page, LOG_HAS, arg=drawn + 1)
             held.pop(0).continue_()
         assert int(page.get_attribute("#run-page", "data-live-seq")) >= moved
         assert writer.is_alive()  # it drew them while they came

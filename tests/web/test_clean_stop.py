@@ -38,7 +38,7 @@ def test_sigterm_closes_open_sockets_with_the_restart_code(users, tmp_path):
                             lambda: server.signal(signal.SIGTERM))
         assert codes == [CLOSE_SERVICE_RESTART, CLOSE_SERVICE_RESTART]
         server.proc.wait(STOP_DEADLINE)  # TimeoutExpired: the stop hangs
-        assert CLOSE_NOT_ANSWERED.split("%")[0] not in server.output(), server.output()[-3000:]
+        assert CLOSE_NOT_ANSWERED not in server.output(), server.output()[-3000:]
         keep_alive.close()
     finally:
         server.stop()
@@ -49,4 +49,4 @@ def test_a_page_that_never_answers_its_close_is_said(monkeypatch, caplog):
     monkeypatch.setattr(shutdown, "CLOSE_WAIT_SECONDS", 0.01)
     with caplog.at_level(logging.WARNING, logger="agentops.live"):
         asyncio.run(shutdown._wait_for_reply(asyncio.Event().wait()))
-    assert CLOSE_NOT_ANSWERED.split("%")[0] in caplog.text
+    assert CLOSE_NOT_ANSWERED in caplog.text

@@ -167,14 +167,25 @@ def watched_runs(web: Server):
         followers.stop()
 
 
+def stuck(run_ids: list[str], cluster: Cluster) -> str:
+    """What a wait for the runs found: each run's state and the tree's last lines (the
+    private server is gone once the test has failed)."""
+    rows = Run.objects.filter(pk__in=run_ids).values_list(
+        "id", "status", "step_no", "attention", "wake_at", "lease_owner", "lease_expires_at")
+    return "\n".join([*map(str, rows), cluster.output()[-6000:]])
+
+
 def test_terminated_connections_are_survived_everywhere(app, private_postgres):
-    web, _ = app
+    web, cluster = app
     faults = []
     with watched_runs(web) as (run_ids, followers, pages):
         for _ in range(3):
             before = dict(Run.objects.filter(pk__in=run_ids).values_list("id", "step_no"))
-            wait_until(lambda before=before: progressed(run_ids, before, 3), TREE_DEADLINE,
-                       message="the runs to move on")
+            try:
+                wait_until(lambda before=before: progressed(run_ids, before, 3), TREE_DEADLINE,
+                           message="the runs to move on")
+            except AssertionError as failed:
+                raise AssertionError(f"{failed}\n{stuck(run_ids, cluster)}") from None
             begin = time.monotonic()
             assert private_postgres.terminate(exclude=own_backend()) > 0
             faults.append((begin, time.monotonic()))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
@@ -18,7 +17,7 @@ from .session import Outcome, RunSession
 
 logger = logging.getLogger("agentops.engine")
 
-MAX_RECONNECTS = 3  # store failures of one run that one execute_run call reconnects after
+MAX_RECONNECTS = 3  # store failures in a row, the run no further, that are reconnected after
 
 
 def execute_run(store, run_id: str, config: WorkerConfig, *,
@@ -42,15 +41,22 @@ def execute_run(store, run_id: str, config: WorkerConfig, *,
     from what the store really holds, without waiting for its lease and without
     counting a crash (a database fault is not the run's doing). A store that
     answers yet fails the same run again and again (a full disk) is not
-    reconnected to more than MAX_RECONNECTS times in one call.
+    reconnected to more than MAX_RECONNECTS times in a row without the run getting
+    further: a database that blinks every few seconds while the run goes on (a
+    flapping network, failovers one after another) is reconnected to each time.
     """
-    for failures in itertools.count(1):
+    failures, resumed_at = 0, None
+    while True:
         session = _claimed(store, run_id, config, registry, stop_event)
         if session is None:
             return Outcome.NOT_CLAIMED
         outcome = _hosted(session, leases)
         if outcome != Outcome.ABANDONED:
             return outcome
+        # In a row: the sessions that resumed the run where the one before resumed it
+        # (a session that failed before it loaded the run got no further either).
+        failures = failures + 1 if session.resumed_at in (None, resumed_at) else 1
+        resumed_at = session.resumed_at or resumed_at
         given_up = _after_store_failure(session, reconnect, failures)
         if given_up is not None:
             return given_up

@@ -98,6 +98,10 @@ class RunSession:
                                 claim.run.lease_expires_at or 0.0, claim.run.control)
         self.suspended_for = 0.0
         self.store_error: BaseException | None = None  # why the run was ABANDONED
+        # Where the session took the run up: (completed steps, outcomes since the
+        # checkpoint), once loaded. execute_run tells a store failing the run again and
+        # again from a database that blinks while the run goes on by it.
+        self.resumed_at: tuple[int, int] | None = None
         # Filled from the load; settling (see runs/durable/replay.py) when the last
         # session ended mid-step: a crash, or a store failure whose worker released the
         # run once the store answered (its status still says running: every ending at a
@@ -159,6 +163,7 @@ class RunSession:
 
     def _execute(self) -> str:
         progress = crashes.progress(self._load())
+        self.resumed_at = (self.run.step_no, progress)
         crash_count = crashes.count(self.run, self.crashed, progress)
         claimed = crashes.claimed(self.run, crash_count, progress)
         self._crash_pending = crash_count > 0

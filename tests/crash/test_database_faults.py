@@ -28,6 +28,7 @@ from django.db import connection, connections
 from django.db.utils import load_backend
 
 from runs import services
+from runs.durable.executor import MAX_RECONNECTS
 from runs.models import Run, RunEvent
 from tests.chaos.followers import Followers, login
 from tests.crash.helpers import assert_consistent, assert_outside_world_clean, wait_final
@@ -179,10 +180,12 @@ def test_terminated_connections_are_survived_everywhere(app, private_postgres):
     web, cluster = app
     faults = []
     with watched_runs(web) as (run_ids, followers, pages):
-        for _ in range(3):
+        # Twice as many faults as a run is reconnected after in a row (MAX_RECONNECTS):
+        # each comes after the runs got further, so none may leave a run to its lease.
+        for _ in range(2 * MAX_RECONNECTS + 2):
             before = dict(Run.objects.filter(pk__in=run_ids).values_list("id", "step_no"))
             try:
-                wait_until(lambda before=before: progressed(run_ids, before, 3), TREE_DEADLINE,
+                wait_until(lambda before=before: progressed(run_ids, before, 2), TREE_DEADLINE,
                            message="the runs to move on")
             except AssertionError as failed:
                 raise AssertionError(f"{failed}\n{stuck(run_ids, cluster)}") from None

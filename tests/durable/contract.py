@@ -659,6 +659,29 @@ class StoreContract:
         assert len(errors) == MAX_RECONNECTS  # not a hot loop of claims and replays
         assert store.load(run.id).run.lease_owner is not None  # left as a crash leaves it
 
+    def test_a_database_that_fails_again_and_again_while_the_run_goes_on_is_reconnected_to(
+            self, store, clock):
+        # A flapping network, or failovers one after another: more faults in one slice
+        # than MAX_RECONNECTS, each after the run got further. The run waits for its lease
+        # after none of them (CI's terminated-connections test, with more faults).
+        steps = MAX_RECONNECTS + 3
+        run = self.launch(store, "keys", {"n": steps})
+        failed_in: set[int] = set()
+
+        def first_effect_of_a_step(commit):
+            new = {e.step_no for e in commit.effects if e.seq == 0} - failed_in
+            failed_in.update(new)
+            return bool(new)
+
+        flaky = _FailingCommits(store, first_effect_of_a_step, times=None)
+        errors = []
+        outcome = self.execute(flaky, run.id, reconnect=lambda e: errors.append(e) or True)
+        assert outcome == Outcome.SUCCEEDED  # in the same call: no lease ran out
+        assert len(errors) == steps > MAX_RECONNECTS
+        done = store.load(run.id).run
+        assert done.crash_count == 0 and done.lease_owner is None
+        assert len(WORLD.target.work) == steps + 1  # each record once (two in step 2)
+
     def _in_doubt(self, store, clock):
         run = self.launch(store, "in_doubt")
         crash_at("after_effect_before_log")

@@ -1,10 +1,12 @@
-"""Agents whose payment waits for its owner's approval for two seconds, then falls back
+"""Agents whose payment waits for its owner's approval until a deadline, then falls back
 (deny or skip): docs/approvals.md. The payment appends a line to the file its run names,
-so a test sees from any process, a worker's too, whether it was made."""
+so a test sees from any process, a worker's too, whether it was made. The deadline is far
+off: a test makes it pass when it wants (tests/budgets/test_approval_deadlines.py), so that
+what it does in time is in time on any machine."""
 
 from runs.durable import Agent, ApprovalDeniedError, Done, agent, tool
 
-DEADLINE_SECONDS = 2
+DEADLINE_SECONDS = 3600
 
 
 @tool(name="tests.deadline.pay")

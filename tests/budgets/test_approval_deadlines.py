@@ -51,7 +51,7 @@ def past_deadline(approval: Approval) -> None:
     request's row (the pages, the API, the CLI, the database's conditional update and the
     gate read its deadline) and the run's timer, set for it. Waiting for a real deadline
     made what comes before it a race: under load, a page asked for in time was served after
-    a two-second deadline (CI-like load, 1 of 6 runs)."""
+    a two-second deadline (beside other suites, 1 of 4 runs)."""
     moment = timezone.now() - timedelta(seconds=1)
     assert approval.deadline > moment  # still in time until here
     Approval.objects.filter(pk=approval.pk).update(deadline=moment)

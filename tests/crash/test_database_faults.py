@@ -180,7 +180,7 @@ def test_terminated_connections_are_survived_everywhere(app, private_postgres):
     web, cluster = app
     faults = []
     with watched_runs(web) as (run_ids, followers, pages):
-        # Twice as many faults as a run is reconnected after in a row (MAX_RECONNECTS):
+        # More than twice the faults a run is reconnected after in a row (MAX_RECONNECTS):
         # each comes after the runs got further, so none may leave a run to its lease.
         for _ in range(2 * MAX_RECONNECTS + 2):
             before = dict(Run.objects.filter(pk__in=run_ids).values_list("id", "step_no"))

@@ -160,7 +160,7 @@ def wait_drawn(page, seq: int, selector: str = "#run-page", timeout: float | Non
     #run-poller) shows the run's events up to `seq` with what they made stale redrawn:
     the page's own signal, data-live-seq. Without `timeout`, the context's default."""
     ask_page(page, DRAWN_AT, arg=[selector, seq],
-                   timeout=None if timeout is None else timeout * 1000)
+             timeout=None if timeout is None else timeout * 1000)
 
 
 def wait_caught_up(page, run_id: str, selector: str = "#run-page") -> int:

@@ -25,7 +25,7 @@ collect_ignore = (["test_store_contract_orm.py"] if ON_POSTGRESQL
                         "test_lease_keeper_pg.py", "test_hot_path_one_run_pg.py",
                         "test_partitioned_schema_pg.py", "test_scale_plans_pg.py",
                         "test_event_retention_pg.py", "test_checkpoint_bytes_pg.py",
-                        "test_worker_wrappers_pg.py"])
+                        "test_worker_wrappers_pg.py", "test_gate_store_faults_pg.py"])
 
 
 # Rows that migrate's post_migrate makes (content types, permissions) and that no test

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from . import clock, events, streaming
 from . import records as r
+from .config import store_faults_end_the_session
 from .effect import error_data
 from .errors import FencedError, Held, InDoubtEffectError, Suspend
 from .faults import faults
@@ -128,8 +129,10 @@ def _meter(step: Step, tool: Tool, record: r.EffectRecord, result, args, kwargs)
     never counts it again (runs/durable/policies/metering.py)."""
     if tool.meter is None:
         return None
-    record.usage = metering.measure(tool, result, tool.arguments(args, kwargs),
-                                    step.host.config.price)
+    config = step.host.config
+    with store_faults_end_the_session(config):  # the price table may be the database's
+        record.usage = metering.measure(tool, result, tool.arguments(args, kwargs),
+                                        config.price)
     return record.usage
 
 

@@ -3,9 +3,11 @@ policies and hooks of its deployment. `execute_run(store, run_id, config)` runs 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .errors import StoreFailure
 from .policies.gates import DEFAULT_GATES
 from .versions import Codes
 
@@ -37,6 +39,23 @@ class WorkerConfig:
     # checked out, and a run must not hold one while its tool waits (1,000 runs whose
     # model calls take a second each, on a pool of 10, made 10 calls a second).
     before_tool: Callable[[], None] | None = None
+    # What the worker's database raises when it fails (a terminated connection, a
+    # restart), met by the deployment's code on the engine's side of a step: a gate
+    # reading its policies or the run, the price table. That is the store failing, not
+    # the agent: the session ends as on any store failure and the run is taken back
+    # (StoreFailure), where the step failed the run with the call just made unlogged.
+    # The agent's and its tools' own errors are never looked at; (): none known.
+    store_faults: tuple[type[BaseException], ...] = ()
+
+
+@contextlib.contextmanager
+def store_faults_end_the_session(config: WorkerConfig):
+    """Around the deployment's code that a step runs for the engine (gates, price):
+    one of `config.store_faults` out of it is a StoreFailure."""
+    try:
+        yield
+    except config.store_faults as exc:
+        raise StoreFailure() from exc
 
 
 def thread_ended(config: WorkerConfig) -> None:

@@ -17,7 +17,10 @@ every gate that listens is asked in one pass, in the order configured:
                  flight then decide again
 
 What the call does with an answer (log a refusal, hold the run) is the call path's
-(runs/durable/calls.py); the gates only decide.
+(runs/durable/calls.py); the gates only decide. A gate that meets the worker's database
+failing (`WorkerConfig.store_faults`) ends the session as the store's own failure does:
+the run is taken back and asks again; any other error out of a gate is its bug and
+fails the step.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import time
 from typing import TYPE_CHECKING
 
 from . import records as r
+from .config import store_faults_end_the_session
 from .errors import Held
 from .parallel_slots import NotStarted, group_stopped
 from .policies.budget import waiters
@@ -67,19 +71,28 @@ class CallGates:
             raise Held(decision)
 
     def attempt_failed(self, exc: BaseException) -> None:
-        for gate in self.gates:
-            hook = getattr(gate, "attempt_failed", None)
-            if hook is not None:
-                hook(self.tool, self.record, exc)
+        with store_faults_end_the_session(self.host.config):
+            for gate in self.gates:
+                hook = getattr(gate, "attempt_failed", None)
+                if hook is not None:
+                    hook(self.tool, self.record, exc)
 
     def attempt_ended(self) -> None:
-        try:
-            for gate in self.gates:
-                hook = getattr(gate, "ended", None)
+        """Every gate hears of it, even after one failed: a gate left unheard keeps the
+        attempt in flight (a slot of a limit, a share of a budget). The first failure is
+        raised once all have heard."""
+        failed = None
+        for gate in self.gates:
+            hook = getattr(gate, "ended", None)
+            try:
                 if hook is not None:
-                    hook(self.tool, self.record, self.host.epoch)
-        finally:
-            waiters.wake()  # calls waiting for a call in flight decide again
+                    with store_faults_end_the_session(self.host.config):
+                        hook(self.tool, self.record, self.host.epoch)
+            except BaseException as exc:  # noqa: BLE001 - raised below, after the others
+                failed = failed or exc
+        waiters.wake()  # calls waiting for a call in flight decide again
+        if failed is not None:
+            raise failed
 
     def _decided(self, gates, *, new: bool) -> Decision:
         """`decide`, waiting in this thread while a gate answers Wait. A new call (not the
@@ -93,7 +106,8 @@ class CallGates:
                         self.host.store)
         while True:
             mark = waiters.mark()
-            decision = decide(gates, call)
+            with store_faults_end_the_session(self.host.config):
+                decision = decide(gates, call)
             if not isinstance(decision, Wait):
                 return decision
             if decision.patience is not None and time.monotonic() - since >= decision.patience:

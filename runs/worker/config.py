@@ -6,6 +6,7 @@ import uuid
 
 from django.conf import settings
 
+from runs.db_faults import DATABASE_FAULTS
 from runs.durable import WorkerConfig
 from runs.hooks import hooks
 from runs.storage import database_store
@@ -37,4 +38,6 @@ def worker_config(slice_seconds: float | None = None) -> WorkerConfig:
                         # connection as they end: Django's are per thread
                         thread_ended=ReleasingStore(database_store()).close_thread_resources,
                         # no run holds a pooled connection while its tool waits
-                        before_tool=release_connection)
+                        before_tool=release_connection,
+                        # a gate's or the price table's read on a lost connection
+                        store_faults=DATABASE_FAULTS)

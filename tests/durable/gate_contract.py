@@ -18,7 +18,7 @@ from runs.durable import InputValidationError, control, execute_run
 from runs.durable import records as r
 from runs.durable.faults import faults
 from runs.durable.policies.approvals import APPROVED, PENDING, ApprovalGate
-from runs.durable.policies.gates import RunBudgetGate
+from runs.durable.policies.gates import ALLOW, RunBudgetGate
 
 from .agents_for_tests import WORLD, SimulatedCrash
 from .contract import LEASE, Clock, crash_at, worker
@@ -251,3 +251,90 @@ class GateContract:
         else:
             assert output == {"sent": None}
         assert [q.status for q in book.requests_of(run.id)] == ["expired"]
+
+    # --- the worker's database failing under a gate -----------------------------------------
+    # Chaos CI (seed 20261): a worker's read of the approval policies met a connection
+    # pg_terminate_backend had ended. The gate raised the error, the step took it for the
+    # agent's and failed the run, and the record the run's session before had written just
+    # before the fault stayed at the target with no effect logged for it.
+    def store_down_config(self, book, *first_gates, **settings):
+        gates = (*first_gates, RunBudgetGate(), ApprovalGate(book, rules_for))
+        settings.setdefault("price", price)
+        return worker(gates=gates, store_faults=(DatabaseDown,), **settings)
+
+    def execute_reconnecting(self, store, run_id, config, errors):
+        return execute_run(store, run_id, config, registry=GATE_REG,
+                           reconnect=lambda error: errors.append(error) or True)
+
+    @pytest.mark.parametrize("moment", ["check", "ended"])
+    def test_a_gate_that_meets_the_database_failing_has_the_run_taken_back(self, store, book,
+                                                                           moment):
+        # "check": before the second call is made; "ended": after its outcome is logged.
+        # The failing gate is asked first: the gates after it still hear of the call's end
+        # (a share of the run's budget left in flight would hold its later calls).
+        gate = FailsOnce(moment, nth=2)
+        config = self.store_down_config(book, gate)
+        run = self.launch(store, "spender", {"calls": 3}, budget={"cost": 100.0})
+        errors = []
+        assert self.execute_reconnecting(store, run.id, config, errors) == "succeeded"
+        assert [type(error) for error in errors] == [DatabaseDown]
+        assert WORLD.calls["model"] == 3  # each call made once: logged, or not yet made
+        done = store.get(run.id)
+        assert done.crash_count == 0
+        assert done.usage == {"cost": 1.53, "prompt_tokens": 300, "completion_tokens": 150,
+                              "calls": 3}
+
+    def test_a_price_table_that_meets_the_database_failing_has_the_run_taken_back(
+            self, store, book):
+        # After the second call returned, before its outcome is logged: it is made again
+        # under its key (the tool is idempotent) and counted once.
+        config = self.store_down_config(book, price=FailsOnce("price", nth=2).price)
+        run = self.launch(store, "spender", {"calls": 3}, budget={})
+        errors = []
+        assert self.execute_reconnecting(store, run.id, config, errors) == "succeeded"
+        assert [type(error) for error in errors] == [DatabaseDown]
+        assert [prompt for name, prompt in WORLD.args if name == "model"] == [
+            "q0", "q1", "q1", "q2"]
+        logged = self.calls_logged(store, run.id, "model")
+        assert len({effect.key for effect in logged}) == len(logged) == 3
+        assert store.get(run.id).usage == {"cost": 1.53, "prompt_tokens": 300,
+                                           "completion_tokens": 150, "calls": 3}
+
+    def test_any_other_error_of_a_gate_is_its_bug_and_fails_the_step(self, store, book):
+        config = self.store_down_config(book, FailsOnce("check", nth=2, error=KeyError))
+        run = self.launch(store, "spender", {"calls": 3}, budget={})
+        errors = []
+        assert self.execute_reconnecting(store, run.id, config, errors) == "failed"
+        assert errors == []
+        assert store.get(run.id).error["type"] == "KeyError"
+        assert WORLD.calls["model"] == 1
+
+
+class DatabaseDown(ConnectionError):
+    """What the worker's database raises here (WorkerConfig.store_faults)."""
+
+
+class FailsOnce:
+    """A gate (or a price table) that works, but for its `nth` check, end of an attempt or
+    price, which raises `error`."""
+
+    def __init__(self, moment: str, nth: int, error: type[BaseException] = DatabaseDown):
+        self.moment, self.nth, self.error = moment, nth, error
+        self.seen = 0
+
+    def _maybe_fail(self, moment: str) -> None:
+        if moment == self.moment:
+            self.seen += 1
+            if self.seen == self.nth:
+                raise self.error(f"{moment}: server closed the connection unexpectedly")
+
+    def check(self, call):
+        self._maybe_fail("check")
+        return ALLOW
+
+    def ended(self, tool, record, holder):
+        self._maybe_fail("ended")
+
+    def price(self, model, prompt_tokens, completion_tokens):
+        self._maybe_fail("price")
+        return price(model, prompt_tokens, completion_tokens)

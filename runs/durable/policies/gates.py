@@ -141,7 +141,9 @@ class Gate(Protocol):
     exc)` and `withdraw(call) -> bool` (runs/durable/gatekeeper.py asks them)."""
 
     def check(self, call: GateCall) -> Decision:
-        """Decide about one call. Raising is a bug of the gate: the step fails."""
+        """Decide about one call. Raising one of the worker's store faults (its database
+        failing) ends the session, the run taken back (runs/durable/gatekeeper.py);
+        raising anything else is a bug of the gate: the step fails."""
 
 
 def decide(gates, call: GateCall) -> Decision:

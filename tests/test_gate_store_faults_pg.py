@@ -95,18 +95,23 @@ def test_a_gate_reading_on_a_terminated_connection_has_the_run_taken_back(
         store = ReleasingStore(database_store())
         ended["outcome"] = execute_run(store, run.id, config, registry=REG,
                                        reconnect=reconnect, leases=NoRenewals())
+        ended["run"] = store.get(run.id)
 
     # A worker process's connections: a pool (of one, so that the gate's read is sure to
     # take a terminated connection, and the run's next commit a new one), lent to the
-    # run's thread around each read and write.
+    # run's thread around each read and write. Only that thread reads the database while
+    # the pool is on: a read of this thread's after the block (the pool closed, the
+    # settings not yet put back) made a pool again, which outlived the test, and the next
+    # test of this process that made a pool of its own got that one, its connection taken
+    # (tests/test_lease_keeper_pg.py waited 30 s for it, in CI).
     with pools.worker_pool(monkeypatch, settings, 1):
         thread = threading.Thread(target=worker_thread)
         thread.start()
         thread.join(60)
         assert not thread.is_alive()
-    store = database_store()
+    done = ended["run"]
     assert ended["store_faults"] == DATABASE_FAULTS
-    assert ended["outcome"] == "succeeded", store.get(run.id).error
+    assert ended["outcome"] == "succeeded", done.error
     assert fault_after_first_checkpoint == [True]
     # Taken back after the policies' read itself failed: what reached the reconnect is
     # its error. Before, the step failed the run and the reconnect heard of the failure's
@@ -115,7 +120,6 @@ def test_a_gate_reading_on_a_terminated_connection_has_the_run_taken_back(
     assert len(errors) == 1 and isinstance(errors[0], DATABASE_FAULTS)
     assert "terminating connection" in str(errors[0]) or "server closed" in str(errors[0]), \
         errors[0]
-    done = store.get(run.id)
     assert done.crash_count == 0 and done.lease_owner is None
     assert len(WORLD.target.work) == 4  # each record once (two in step 2)
     assert len(WORLD.target.requests) == 4  # none was even asked for twice

@@ -8,8 +8,13 @@ CLOSE_ACCESS_CHANGED. The page then reconnects as after any drop, and the connec
 itself refuses it (4401 logged out, 4404 not yours or no longer an operator).
 
 The news reaches the sockets of this process directly, and those of other Daphne
-processes over the channel layer's ACCESS_GROUP when there is Redis. A missed message
-(Redis down) is caught by every socket checking again each RECHECK_SECONDS.
+processes over the channel layer's ACCESS_GROUP when there is Redis. A socket is watched
+before its access is checked, and its process listens to the group before the socket is
+let in (`AccessWatcher.add`): a logout at any moment after the check closes it, even
+one made the instant the page shows itself live (it was missed when the page's first
+socket was let in before its process had joined the group: the socket stayed open until
+the next recheck). A missed message (Redis down) is caught by every socket checking
+again each RECHECK_SECONDS.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ ACCESS_GROUP = "live.access"
 CLOSE_ACCESS_CHANGED = 4403
 RECHECK_SECONDS = 60.0
 SEND_TIMEOUT = 2.0
+LISTEN_TIMEOUT = 2.0  # a socket waits this long at most for its process to join the group
 _FAILED = object()
 
 _watchers: dict[asyncio.AbstractEventLoop, AccessWatcher] = {}
@@ -79,11 +85,18 @@ class AccessWatcher:
         self.loop = loop
         self.sockets: set = set()
         self.task: asyncio.Task | None = None
+        self.listening = asyncio.Event()  # set while the task hears other processes
 
-    def add(self, consumer) -> None:
+    async def add(self, consumer) -> None:
+        """Watch `consumer`; return once news sent from now on by any process reaches
+        it, or after LISTEN_TIMEOUT (Redis down: the recheck remains)."""
         self.sockets.add(consumer)
         if self.task is None or self.task.done():
-            self.task = self.loop.create_task(self._run())
+            # the task's own event: a task cancelled before it clears only its own
+            self.listening = asyncio.Event()
+            self.task = self.loop.create_task(self._run(self.listening))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.listening.wait(), LISTEN_TIMEOUT)
 
     def remove(self, consumer) -> None:
         self.sockets.discard(consumer)
@@ -100,29 +113,35 @@ class AccessWatcher:
             elif everyone or consumer.user_id in users:
                 self.loop.create_task(recheck(consumer))
 
-    async def _run(self) -> None:
+    async def _run(self, listening: asyncio.Event) -> None:
         layer, channel = None, None
         if settings.REDIS_URL:
             from channels.layers import get_channel_layer
 
             layer = get_channel_layer()
+        else:
+            listening.set()  # no other process to hear from
         recheck_at = time.monotonic() + RECHECK_SECONDS
         try:
             while self.sockets:
                 if channel is None and layer is not None:
                     with contextlib.suppress(Exception):  # no Redis: the recheck remains
-                        channel = await layer.new_channel()
-                        await layer.group_add(ACCESS_GROUP, channel)
+                        joining = await layer.new_channel()
+                        await layer.group_add(ACCESS_GROUP, joining)
+                        channel = joining  # in the group: else joined again next time
+                        listening.set()
                 message = await self._next(layer, channel, recheck_at - time.monotonic())
                 if time.monotonic() >= recheck_at:
                     recheck_at = time.monotonic() + RECHECK_SECONDS
                     self.changed(everyone=True)
                 if message is _FAILED:
                     channel = None
+                    listening.clear()
                 elif message is not None:
                     self.changed(message.get("sessions", ()), message.get("users", ()),
                                  bool(message.get("everyone")))
         finally:
+            listening.clear()
             if channel is not None:
                 with contextlib.suppress(Exception):
                     await layer.group_discard(ACCESS_GROUP, channel)

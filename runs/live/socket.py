@@ -13,6 +13,7 @@ import json
 import logging
 import time
 
+from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.utils import await_many_dispatch
@@ -90,6 +91,14 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
+        # A logout, a password change, ... close the socket (runs/live/access.py): watched
+        # from here on, in every process, before its session and access are checked.
+        self.user_id = user.pk
+        self.session_key = getattr(self.scope.get("session"), "session_key", None)
+        await live_access.watcher().add(self)
+        if not await through_database_faults(lambda: self.still_signed_in(user)):
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
         if not await through_database_faults(lambda: self.allowed(user)):
             await self.close(code=CLOSE_NOT_FOUND)
             return
@@ -99,20 +108,26 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.close_for_restart()
             return
         live_shutdown.opened(self)  # a stopping Daphne closes it with 4012
-        # logout, a password change, ... close the socket (runs/live/access.py)
-        self.user_id = user.pk
-        self.session_key = getattr(self.scope.get("session"), "session_key", None)
-        live_access.watcher().add(self)
         await self.started()
         self.pump_task = asyncio.ensure_future(self._pump())
 
     async def disconnect(self, code):
+        live_access.watcher().remove(self)  # watched from its connect, let in or not
         if getattr(self, "pump_task", None) is not None:
             self.pump_task.cancel()
-            live_access.watcher().remove(self)
         self.open = False
         live_shutdown.closed(self)
         self.stopped()
+
+    async def still_signed_in(self, user) -> bool:
+        """Whether the session the socket came with still signs `user` in, read again once
+        the socket is watched: a logout between the handshake's read of the session and
+        then reached no watcher. A user that no session brought (Channels' AuthMiddleware
+        always has one; tests set the scope's user) has nothing to read again."""
+        if self.session_key is None:
+            return True
+        current = await database_sync_to_async(live_access.session_user)(self.session_key)
+        return current is not None and current.pk == user.pk
 
     async def may_view(self, user) -> bool:
         """Whether `user` may have this socket: checked at connect and again whenever

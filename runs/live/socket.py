@@ -81,6 +81,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
                 await live_shutdown.close_cleanly(self, receive)
             raise
         finally:
+            # watched from its connect on: unwatched however it ended (refused, failed in
+            # its connect, cancelled), told of a disconnect or not
+            live_access.watcher().remove(self)
             self.gone.set()
 
     async def connect(self):
@@ -112,7 +115,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.pump_task = asyncio.ensure_future(self._pump())
 
     async def disconnect(self, code):
-        live_access.watcher().remove(self)  # watched from its connect, let in or not
+        live_access.watcher().remove(self)
         if getattr(self, "pump_task", None) is not None:
             self.pump_task.cancel()
         self.open = False

@@ -30,6 +30,7 @@ from runs.worker.config import worker_config
 from runs.worker.db import ReleasingStore, wait_for_database
 from tests.durable.agents_for_tests import REG, WORLD
 from tests.support import pools
+from tests.support.leases import NoLeases
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -65,18 +66,6 @@ def fault_after_first_checkpoint(monkeypatch):
     faults.disarm()
 
 
-class NoRenewals:
-    """The run's lease kept by nobody (a minute of lease outlasts the test): a renewal by
-    the engine's own renewer thread had taken the terminated connection before the gate's
-    read (1 of 1 CI runs), and the pool had discarded it."""
-
-    def hold(self, session):
-        pass
-
-    def drop(self, session):
-        pass
-
-
 def test_a_gate_reading_on_a_terminated_connection_has_the_run_taken_back(
         fault_after_first_checkpoint, monkeypatch, settings):
     WORLD.reset()
@@ -89,12 +78,14 @@ def test_a_gate_reading_on_a_terminated_connection_has_the_run_taken_back(
 
     def worker_thread():
         # the worker's settings, but for the codes it claims (the test's agents are not
-        # those of the deployed registry) and a lease that needs no renewal
+        # those of the deployed registry) and a lease that needs no renewal: a renewal
+        # by a renewer thread had taken the terminated connection before the gate's read
+        # (1 of 1 CI runs), and the pool had discarded it
         config = dataclasses.replace(worker_config(), codes=None, lease_seconds=60.0)
         ended["store_faults"] = config.store_faults
         store = ReleasingStore(database_store())
         ended["outcome"] = execute_run(store, run.id, config, registry=REG,
-                                       reconnect=reconnect, leases=NoRenewals())
+                                       reconnect=reconnect, leases=NoLeases())
         ended["run"] = store.get(run.id)
 
     # A worker process's connections: a pool (of one, so that the gate's read is sure to

@@ -30,21 +30,12 @@ from runs.durable import records as r
 from runs.durable import retry as retry_module
 from runs.durable.memory import MemoryStore
 from runs.durable.retry import LONGEST_WAIT, RETRY_AFTER_LIMIT
+from tests.support.leases import NoLeases
 from tests.support.processes import wait_until
 
 REG = AgentRegistry()
 # What the flaky target saw: the idempotency key of every attempt, and how to fail.
 TARGET = {"keys": [], "fail": {}, "sent": Counter()}
-
-
-class NoLeases:
-    """Leases renewed by the session itself (ensure_lease), no renewer thread."""
-
-    def hold(self, session):
-        pass
-
-    def drop(self, session):
-        pass
 
 
 def fail_next(tool_name: str, *errors: BaseException) -> None:

@@ -198,35 +198,51 @@ def test_bin_serve_on_its_port_and_a_clean_stop(tmp_path):
             proc.wait(10)
 
 
-def fake_venv(root) -> None:
-    """A .venv whose pip writes down what it was asked (bin/setup keeps an existing one)."""
+def fake_venv(root, *, uv: bool) -> None:
+    """A .venv whose pip (and uv, if `uv`) writes down what it was asked (bin/setup keeps an
+    existing one); without a uv, pip's `install uv` installs nothing, as where uv cannot be
+    had."""
     bin_dir = root / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     (bin_dir / "python").write_text("#!/bin/sh\n")
-    (bin_dir / "pip").write_text(f'#!/bin/sh\necho "$*" >> {root / "pip.log"}\n')
-    for name in ("python", "pip"):
+    names = ("python", "pip", "uv") if uv else ("python", "pip")
+    for name in names[1:]:
+        (bin_dir / name).write_text(f'#!/bin/sh\necho "{name} $*" >> {root / "installs.log"}\n')
+    for name in names:
         (bin_dir / name).chmod(0o755)
 
 
-def test_bin_setup_installs_the_sdk_examples_extra(tmp_path):
+@pytest.mark.parametrize("uv", [True, False], ids=["uv", "pip only"])
+def test_bin_setup_installs_the_sdk_examples_extra(tmp_path, uv):
     """bin/serve's set-up installs the adapters extra: the built-in SDK examples
     (pydantic_assistant, openai_assistant) need it, and it goes in before the app runs
-    (installed under a running app, a launched run met a worker that lacked the agent)."""
+    (installed under a running app, a launched run met a worker that lacked the agent).
+    It installs through uv where it can get it, else through pip."""
     (tmp_path / "bin").mkdir()
     shutil.copy(ROOT / "bin" / "setup", tmp_path / "bin" / "setup")
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    fake_venv(tmp_path)
+    fake_venv(tmp_path, uv=uv)
+    log = tmp_path / "installs.log"
 
     def installs(*args) -> list[str]:
-        before = (tmp_path / "pip.log").read_text() if (tmp_path / "pip.log").exists() else ""
-        # a shell script and a stub pip: well under a second; this bounds a hang only
+        before = log.read_text() if log.exists() else ""
+        # a shell script and stubs: well under a second; this bounds a hang only
         subprocess.run([str(tmp_path / "bin" / "setup"), *args], cwd=tmp_path, check=True,
                        timeout=60)
-        return (tmp_path / "pip.log").read_text()[len(before):].splitlines()
+        return log.read_text()[len(before):].splitlines()
 
-    assert "install -q -e .[adapters]" in installs()
+    def install(extras: str) -> str:
+        if uv:
+            return (f"uv pip install -q --compile-bytecode --python .venv/bin/python "
+                    f"-e .[{extras}]")
+        return f"pip install -q -e .[{extras}]"
+
+    first = installs()
+    assert first[0] == "pip install -q uv"
+    assert install("adapters") in first
+    assert not any(" -e " in line for line in first if line != install("adapters"))
     assert installs() == []  # done once (until pyproject.toml changes)
-    assert "install -q -e .[test,adapters]" in installs("test")
+    assert install("test,adapters") in installs("test")
 
 
 def test_a_non_editable_install_has_every_app_and_the_site_files(tmp_path):

@@ -21,9 +21,9 @@ from tests.adapters.test_adapters import (
     registry,
     run_to_end,
 )
+from tests.support.sdks import skip_module_without_sdks
 
-pytest.importorskip("pydantic_ai")
-pytest.importorskip("agents")
+skip_module_without_sdks()
 
 
 def model_requests(store, run_id) -> list:

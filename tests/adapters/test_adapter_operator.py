@@ -23,9 +23,9 @@ from tests.adapters.conftest import Records
 from tests.adapters.test_adapters import BUILD, INPUTS, NOTE_42, registry
 from tests.durable.agents_for_tests import SimulatedCrash
 from tests.support.processes import wait_until
+from tests.support.sdks import skip_module_without_sdks
 
-pytest.importorskip("pydantic_ai")
-pytest.importorskip("agents")
+skip_module_without_sdks()
 pytestmark = pytest.mark.django_db(transaction=True)
 ONE_PROMPT = dict(INPUTS, follow_ups=[])
 

@@ -30,9 +30,9 @@ from tests.adapter_agents import scripted
 from tests.adapters.conftest import Clock, Records
 from tests.adapters.test_adapters import INPUTS, crash_at, plain_answer, run_to_end
 from tests.durable.agents_for_tests import SimulatedCrash
+from tests.support.sdks import skip_module_without_sdks
 
-pytest.importorskip("pydantic_ai")
-pytest.importorskip("agents")
+skip_module_without_sdks()
 
 BUILD = {"test_pydantic": agents.build_pydantic, "test_openai": agents.build_openai}
 MODEL_EFFECTS = ("pydantic_ai.model_request", "openai_agents.model_call")

@@ -24,9 +24,9 @@ from tests import adapter_agents as agents
 from tests.adapter_agents import scripted
 from tests.durable.agents_for_tests import SimulatedCrash
 from tests.support.processes import ROOT
+from tests.support.sdks import skip_module_without_sdks
 
-pytest.importorskip("pydantic_ai")
-pytest.importorskip("agents")
+skip_module_without_sdks()
 
 INPUTS = {"prompt": "How many pages mention a boat?", "follow_ups": ["And the old city?"],
           "delay": 0.0}

@@ -10,9 +10,9 @@ from runs.storage.orm import OrmStore
 from tests import adapter_agents as agents
 from tests.adapters.conftest import Records
 from tests.adapters.test_adapters import BUILD, INPUTS, plain_answer, registry
+from tests.support.sdks import skip_module_without_sdks
 
-pytest.importorskip("pydantic_ai")
-pytest.importorskip("agents")
+skip_module_without_sdks()
 pytestmark = pytest.mark.django_db(transaction=True)
 
 

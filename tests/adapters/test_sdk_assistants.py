@@ -11,9 +11,9 @@ from runs.budgets.services import set_run_budget
 from runs.durable.policies.budget import money
 from runs.models import Effect, Run
 from tests.support.processes import wait_until
+from tests.support.sdks import skip_module_without_sdks
 
-pytest.importorskip("pydantic_ai")
-pytest.importorskip("agents")
+skip_module_without_sdks()
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 
